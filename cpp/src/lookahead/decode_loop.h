@@ -1,0 +1,64 @@
+// The decoding loop, std-only: prefill, then steps of greedy or lookahead decoding, with stop
+// handling and statistics. The model is reached only through the StepModel interface, so the
+// very same loop runs the torch engine and the oracle models of the unit tests.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "pylookahead/config.h"
+#include "pylookahead/types.h"
+
+namespace pylookahead {
+
+// A causal LM with a KV cache, seen as a function over one step of tokens.
+//
+// The cache holds kv_len() committed rows (positions 0..kv_len-1 of the sequence). forward_step()
+// runs T new tokens: every row attends to all committed rows, plus the step rows that `mask`
+// allows. Their K/V land in scratch rows kv_len .. kv_len+T-1; nothing is committed until
+// commit() says which step rows to keep.
+class StepModel {
+  public:
+    virtual ~StepModel() = default;
+
+    // tokens    [T]      token ids of the step
+    // positions [T]      absolute positions (RoPE) of each row
+    // mask      [T * T]  row-major, mask[q * T + k] != 0 iff step row q may attend step row k;
+    //                    nullptr means causal (row q sees rows 0..q)
+    // out_rows  [R]      step rows whose argmax is wanted, ascending
+    // argmax    [R]      out: argmax over the vocabulary of each row in out_rows
+    virtual void forward_step(const std::vector<TokenId>& tokens,
+                              const std::vector<int32_t>& positions, const uint8_t* mask,
+                              const std::vector<int32_t>& out_rows,
+                              std::vector<TokenId>* argmax) = 0;
+
+    // Keeps step rows src_rows[0..n) (ascending, src_rows[i] >= i) as committed rows
+    // kv_len .. kv_len+n-1, in that order, and drops the other step rows. kv_len += n.
+    virtual void commit(const std::vector<int32_t>& src_rows) = 0;
+
+    // Committed rows.
+    virtual int kv_len() const = 0;
+    // Total rows (committed + scratch) the cache can hold.
+    virtual int kv_capacity() const = 0;
+    // Drops all committed rows (kv_len = 0).
+    virtual void reset() = 0;
+};
+
+// Inputs of one generation.
+struct DecodeRequest {
+    std::vector<TokenId> prompt;                 // non-empty
+    int max_new_tokens = 128;                    // >= 1
+    std::vector<TokenId> end_ids;                // generation stops after emitting any of these
+    std::optional<LookaheadConfig> lookahead;    // nullopt = plain greedy (T = 1 per step)
+};
+
+// Runs prefill + decode on `model` (whose cache is reset first). Output equals greedy decoding
+// token for token: an end id or max_new_tokens reached inside a multi-token acceptance
+// truncates exactly there. `on_tokens` (may be empty) gets each step's emitted tokens.
+// Throws ConfigError if the prompt + max_new_tokens + one step's tokens exceed kv_capacity().
+GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
+                            const std::function<bool(const std::vector<TokenId>&)>& on_tokens);
+
+}  // namespace pylookahead
