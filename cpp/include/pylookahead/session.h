@@ -77,6 +77,10 @@ class Session {
                               const std::optional<LookaheadConfig>& lookahead = std::nullopt,
                               const OnTokens& on_tokens = nullptr);
 
+    // Logits of every prompt position, run as one prefill from an empty cache: [L * V] row-major
+    // fp32 (row i predicts token i+1). For parity checks and scoring; resets the cache.
+    std::vector<float> prompt_logits(const std::vector<TokenId>& prompt);
+
     const Model& model() const;
     int kv_capacity() const;
 

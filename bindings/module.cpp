@@ -1,0 +1,193 @@
+// pylookahead._core: thin pybind11 bindings of the public C++ API. Option structs are bound as
+// structs (no flattened keyword lists); long calls release the GIL.
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <c10/util/Exception.h>
+
+#include "pylookahead/pylookahead.h"
+
+namespace py = pybind11;
+using namespace pylookahead;
+
+namespace {
+
+// Python owns models through this handle (pybind11 cannot hold shared_ptr<const T> directly).
+struct PyModel {
+    std::shared_ptr<const Model> model;
+};
+
+std::string stop_reason_name(StopReason r) {
+    switch (r) {
+        case StopReason::kEndToken: return "end_token";
+        case StopReason::kMaxNewTokens: return "max_new_tokens";
+        case StopReason::kCallback: return "callback";
+    }
+    return "?";
+}
+
+void bind_errors(py::module_& m) {
+    static py::exception<ModelLoadError> model_load_error(m, "ModelLoadError", PyExc_RuntimeError);
+    py::register_exception_translator([](std::exception_ptr p) {
+        try {
+            if (p) std::rethrow_exception(p);
+        } catch (const ModelLoadError& e) {
+            py::set_error(model_load_error, e.what());
+        } catch (const ConfigError& e) {
+            py::set_error(PyExc_ValueError, e.what());
+        } catch (const InternalError& e) {
+            py::set_error(PyExc_RuntimeError, (std::string("internal error: ") + e.what()).c_str());
+        } catch (const c10::Error& e) {
+            py::set_error(PyExc_RuntimeError, e.what_without_backtrace());
+        }
+    });
+}
+
+void bind_config(py::module_& m) {
+    py::class_<LookaheadConfig>(m, "LookaheadConfig",
+                                "Lookahead decoding options: W columns x (N-1) levels, G candidates.")
+        .def(py::init([](int w, int n, int g, bool seed_from_prompt, uint64_t seed) {
+                 LookaheadConfig c;
+                 c.window_size = w;
+                 c.ngram_size = n;
+                 c.verification_set_size = g;
+                 c.seed_from_prompt = seed_from_prompt;
+                 c.seed = seed;
+                 c.validate();
+                 return c;
+             }),
+             py::kw_only(), py::arg("window_size") = LookaheadConfig().window_size,
+             py::arg("ngram_size") = LookaheadConfig().ngram_size,
+             py::arg("verification_set_size") = LookaheadConfig().verification_set_size,
+             py::arg("seed_from_prompt") = true, py::arg("seed") = 0)
+        .def_readwrite("window_size", &LookaheadConfig::window_size)
+        .def_readwrite("ngram_size", &LookaheadConfig::ngram_size)
+        .def_readwrite("verification_set_size", &LookaheadConfig::verification_set_size)
+        .def_readwrite("seed_from_prompt", &LookaheadConfig::seed_from_prompt)
+        .def_readwrite("seed", &LookaheadConfig::seed)
+        .def_property_readonly("tokens_per_step", &LookaheadConfig::tokens_per_step)
+        .def("validate", &LookaheadConfig::validate)
+        .def("__repr__", [](const LookaheadConfig& c) {
+            return "LookaheadConfig(window_size=" + std::to_string(c.window_size) +
+                   ", ngram_size=" + std::to_string(c.ngram_size) +
+                   ", verification_set_size=" + std::to_string(c.verification_set_size) + ")";
+        });
+
+    py::class_<GenerationConfig>(m, "GenerationConfig")
+        .def(py::init<>())
+        .def_readwrite("max_new_tokens", &GenerationConfig::max_new_tokens)
+        .def_readwrite("stop_token_ids", &GenerationConfig::stop_token_ids)
+        .def_readwrite("use_model_end_ids", &GenerationConfig::use_model_end_ids)
+        .def("validate", &GenerationConfig::validate);
+
+    py::class_<EngineConfig>(m, "EngineConfig")
+        .def(py::init<>())
+        .def_readwrite("device", &EngineConfig::device)
+        .def_readwrite("dtype", &EngineConfig::dtype)
+        .def_readwrite("num_threads", &EngineConfig::num_threads)
+        .def("validate", &EngineConfig::validate);
+
+    py::class_<SessionConfig>(m, "SessionConfig")
+        .def(py::init<>())
+        .def_readwrite("kv_capacity", &SessionConfig::kv_capacity)
+        .def("validate", &SessionConfig::validate);
+}
+
+void bind_results(py::module_& m) {
+    py::class_<GenerationStats>(m, "GenerationStats")
+        .def_readonly("new_tokens", &GenerationStats::new_tokens)
+        .def_readonly("steps", &GenerationStats::steps)
+        .def_readonly("prompt_tokens", &GenerationStats::prompt_tokens)
+        .def_readonly("prefill_s", &GenerationStats::prefill_s)
+        .def_readonly("decode_s", &GenerationStats::decode_s)
+        .def_readonly("accept_histogram", &GenerationStats::accept_histogram)
+        .def_readonly("accepted_from_prompt", &GenerationStats::accepted_from_prompt)
+        .def_readonly("accepted_from_window", &GenerationStats::accepted_from_window)
+        .def_readonly("pool_size", &GenerationStats::pool_size)
+        .def_readonly("step_times_s", &GenerationStats::step_times_s)
+        .def_property_readonly("compression", &GenerationStats::compression);
+
+    py::class_<GenerationResult>(m, "GenerationResult")
+        .def_readonly("tokens", &GenerationResult::tokens)
+        .def_readonly("stats", &GenerationResult::stats)
+        .def_property_readonly("stop_reason",
+                               [](const GenerationResult& r) { return stop_reason_name(r.stop_reason); });
+
+    py::class_<ModelInfo>(m, "ModelInfo")
+        .def_readonly("architecture", &ModelInfo::architecture)
+        .def_readonly("model_dir", &ModelInfo::model_dir)
+        .def_readonly("device", &ModelInfo::device)
+        .def_readonly("dtype", &ModelInfo::dtype)
+        .def_readonly("num_layers", &ModelInfo::num_layers)
+        .def_readonly("hidden_size", &ModelInfo::hidden_size)
+        .def_readonly("num_attention_heads", &ModelInfo::num_attention_heads)
+        .def_readonly("num_key_value_heads", &ModelInfo::num_key_value_heads)
+        .def_readonly("head_dim", &ModelInfo::head_dim)
+        .def_readonly("vocab_size", &ModelInfo::vocab_size)
+        .def_readonly("max_position_embeddings", &ModelInfo::max_position_embeddings)
+        .def_readonly("eos_token_ids", &ModelInfo::eos_token_ids);
+}
+
+void bind_session(py::module_& m) {
+    py::class_<PyModel>(m, "Model", "Loaded weights, shared by every Session created from it.")
+        .def(py::init([](const std::string& dir, const EngineConfig& engine) {
+                 py::gil_scoped_release nogil;
+                 return PyModel{Model::load(dir, engine)};
+             }),
+             py::arg("model_dir"), py::arg("engine") = EngineConfig())
+        .def_property_readonly("info", [](const PyModel& pm) { return pm.model->info(); });
+
+    py::class_<Session>(m, "Session", "Per-sequence state (KV cache, pool) over a shared Model.")
+        .def(py::init([](const PyModel& pm, const SessionConfig& config) {
+                 return std::make_unique<Session>(pm.model, config);
+             }),
+             py::arg("model"), py::arg("config") = SessionConfig())
+        .def(
+            "generate",
+            [](Session& s, const std::vector<TokenId>& prompt, const GenerationConfig& gen,
+               const std::optional<LookaheadConfig>& lookahead, py::object on_tokens) {
+                OnTokens cb;
+                if (!on_tokens.is_none()) {
+                    // Runs on the calling thread with the GIL re-acquired for the Python call.
+                    // Captures a pointer: copying a py::object without the GIL is unsafe,
+                    // and `on_tokens` outlives the call.
+                    const py::object* fn = &on_tokens;
+                    cb = [fn](const std::vector<TokenId>& toks) {
+                        py::gil_scoped_acquire gil;
+                        py::object r = (*fn)(toks);
+                        return r.is_none() || r.cast<bool>();
+                    };
+                }
+                py::gil_scoped_release nogil;
+                return s.generate(prompt, gen, lookahead, cb);
+            },
+            py::arg("prompt"), py::arg("config") = GenerationConfig(),
+            py::arg("lookahead") = py::none(), py::arg("on_tokens") = py::none())
+        .def("prompt_logits",
+             [](Session& s, const std::vector<TokenId>& prompt) {
+                 std::vector<float> flat;
+                 {
+                     py::gil_scoped_release nogil;
+                     flat = s.prompt_logits(prompt);
+                 }
+                 const py::ssize_t v = s.model().info().vocab_size;
+                 py::array_t<float> out({static_cast<py::ssize_t>(prompt.size()), v});
+                 std::copy(flat.begin(), flat.end(), out.mutable_data());
+                 return out;
+             },
+             py::arg("prompt"))
+        .def_property_readonly("kv_capacity", &Session::kv_capacity);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+    m.doc() = "pylookahead native engine (libtorch)";
+    m.attr("__version__") = PYLOOKAHEAD_VERSION;
+    bind_errors(m);
+    bind_config(m);
+    bind_results(m);
+    bind_session(m);
+}

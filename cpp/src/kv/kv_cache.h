@@ -1,0 +1,33 @@
+// Static KV cache for one sequence, allocated once: [L, 2, Hkv, capacity, D].
+// Rows are sequence slots; which rows count as committed is the caller's business (the step
+// model keeps kv_len). A step writes its rows into the scratch tail and the caller keeps only
+// the accepted ones with move_row(); nothing is recomputed.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace pylookahead {
+
+class KvCache {
+  public:
+    KvCache(int num_layers, int num_kv_heads, int capacity, int head_dim, at::ScalarType dtype,
+            at::Device device);
+
+    int capacity() const { return capacity_; }
+
+    // [Hkv, len, D] views of rows 0..len-1 of `layer`.
+    at::Tensor keys(int layer, int64_t len) const { return data_[layer][0].narrow(1, 0, len); }
+    at::Tensor values(int layer, int64_t len) const { return data_[layer][1].narrow(1, 0, len); }
+
+    // Writes k, v [T, Hkv, D] into rows start .. start+T-1 of `layer`.
+    void write(int layer, int64_t start, const at::Tensor& k, const at::Tensor& v);
+
+    // Copies row `src` to row `dst` in every layer, keys and values.
+    void move_row(int64_t src, int64_t dst);
+
+  private:
+    int capacity_;
+    at::Tensor data_;  // [L, 2, Hkv, capacity, D]
+};
+
+}  // namespace pylookahead

@@ -1,0 +1,222 @@
+#include "model/transformer.h"
+
+#include <cmath>
+#include <set>
+
+#include "check.h"
+#include "io/safetensors.h"
+#include "pylookahead/errors.h"
+
+namespace pylookahead {
+
+namespace {
+
+at::ScalarType to_torch(StoredDType d) {
+    switch (d) {
+        case StoredDType::kF32: return at::kFloat;
+        case StoredDType::kF16: return at::kHalf;
+        case StoredDType::kBF16: return at::kBFloat16;
+        case StoredDType::kF64: return at::kDouble;
+    }
+    return at::kFloat;
+}
+
+std::string shape_str(at::IntArrayRef s) {
+    std::string out = "[";
+    for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+    return out + "]";
+}
+
+// Reads tensors by name, checks their shapes, and records which ones were used so that
+// leftovers can be reported as unexpected.
+class WeightReader {
+  public:
+    WeightReader(const SafetensorsCheckpoint& ckpt, at::ScalarType dtype, at::Device device)
+        : ckpt_(ckpt), dtype_(dtype), device_(device) {}
+
+    at::Tensor get(const std::string& name, std::vector<int64_t> shape) {
+        const TensorInfo& info = ckpt_.get(name);
+        if (info.shape != shape) {
+            throw ModelLoadError(info.file + ": tensor '" + name + "' has shape " +
+                                 shape_str(info.shape) + ", expected " + shape_str(shape) +
+                                 " from config.json");
+        }
+        used_.insert(name);
+        // The mmap goes away after loading: from_blob + to() always copies (clone when same dtype).
+        at::Tensor src = at::from_blob(const_cast<unsigned char*>(info.data), info.shape,
+                                       at::TensorOptions().dtype(to_torch(info.dtype)));
+        at::Tensor out = src.to(at::TensorOptions().dtype(dtype_).device(device_), false, true);
+        return out;
+    }
+
+    void mark_ignored(const std::string& name) { used_.insert(name); }
+
+    void check_all_used() const {
+        for (const auto& kv : ckpt_.tensors()) {
+            if (used_.count(kv.first) == 0 &&
+                kv.first.find("rotary_emb.inv_freq") == std::string::npos) {
+                throw ModelLoadError(kv.second.file + ": unexpected tensor '" + kv.first +
+                                     "' (not part of this architecture)");
+            }
+        }
+    }
+
+  private:
+    const SafetensorsCheckpoint& ckpt_;
+    at::ScalarType dtype_;
+    at::Device device_;
+    std::set<std::string> used_;
+};
+
+// Inverse RoPE frequencies [D/2] in fp32, computed the way transformers does (so that the
+// float rounding matches), with linear or llama3 scaling applied.
+at::Tensor rope_inv_freq(const ModelConfig& c) {
+    const int64_t dim = c.head_dim;
+    at::Tensor exponent = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+    at::Tensor inv = at::reciprocal(at::pow(c.rope_theta, exponent));
+    const RopeScaling& s = c.rope_scaling;
+    if (s.type == RopeScalingType::kLinear) {
+        inv = inv / s.factor;
+    } else if (s.type == RopeScalingType::kLlama3) {
+        const double old_len = s.original_max_position_embeddings;
+        const double low_wavelen = old_len / s.low_freq_factor;
+        const double high_wavelen = old_len / s.high_freq_factor;
+        at::Tensor wavelen = 2 * M_PI / inv;
+        at::Tensor llama = at::where(wavelen > low_wavelen, inv / s.factor, inv);
+        at::Tensor smooth =
+            (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        at::Tensor smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
+        at::Tensor medium = (wavelen >= high_wavelen).logical_and(wavelen <= low_wavelen);
+        inv = at::where(medium, smoothed, llama);
+    }
+    return inv;
+}
+
+}  // namespace
+
+Transformer::Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
+                         at::Device device)
+    : config_(std::move(config)), dtype_(dtype), device_(device) {
+    const ModelConfig& c = config_;
+    SafetensorsCheckpoint ckpt(model_dir);
+    WeightReader r(ckpt, dtype, device);
+    const int64_t hid = c.hidden_size, d = c.head_dim, h = c.num_attention_heads,
+                  hkv = c.num_key_value_heads, inter = c.intermediate_size, v = c.vocab_size;
+
+    embed_ = r.get("model.embed_tokens.weight", {v, hid});
+    for (int i = 0; i < c.num_hidden_layers; ++i) {
+        const std::string p = "model.layers." + std::to_string(i) + ".";
+        LayerWeights lw;
+        lw.input_norm = r.get(p + "input_layernorm.weight", {hid});
+        at::Tensor q = r.get(p + "self_attn.q_proj.weight", {h * d, hid});
+        at::Tensor k = r.get(p + "self_attn.k_proj.weight", {hkv * d, hid});
+        at::Tensor vv = r.get(p + "self_attn.v_proj.weight", {hkv * d, hid});
+        lw.qkv = at::cat({q, k, vv}, 0).contiguous();
+        if (c.attention_bias) {
+            lw.qkv_bias = at::cat({r.get(p + "self_attn.q_proj.bias", {h * d}),
+                                   r.get(p + "self_attn.k_proj.bias", {hkv * d}),
+                                   r.get(p + "self_attn.v_proj.bias", {hkv * d})},
+                                  0);
+        }
+        lw.o = r.get(p + "self_attn.o_proj.weight", {hid, h * d});
+        if (c.attention_output_bias) lw.o_bias = r.get(p + "self_attn.o_proj.bias", {hid});
+        lw.post_norm = r.get(p + "post_attention_layernorm.weight", {hid});
+        lw.gate_up = at::cat({r.get(p + "mlp.gate_proj.weight", {inter, hid}),
+                              r.get(p + "mlp.up_proj.weight", {inter, hid})},
+                             0)
+                         .contiguous();
+        lw.down = r.get(p + "mlp.down_proj.weight", {hid, inter});
+        layers_.push_back(std::move(lw));
+    }
+    final_norm_ = r.get("model.norm.weight", {hid});
+    if (c.tie_word_embeddings) {
+        lm_head_ = embed_;
+        // Some exporters store the tied copy anyway; it must then equal the embedding's shape.
+        if (ckpt.contains("lm_head.weight")) r.get("lm_head.weight", {v, hid});
+    } else {
+        lm_head_ = r.get("lm_head.weight", {v, hid});
+    }
+    r.check_all_used();
+    inv_freq_ = rope_inv_freq(c).to(device);
+}
+
+at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+    // As transformers: normalise in fp32 (fp64 stays fp64), cast back, then scale.
+    at::ScalarType acc = dtype_ == at::kDouble ? at::kDouble : at::kFloat;
+    at::Tensor xf = x.to(acc);
+    at::Tensor var = xf.pow(2).mean(-1, true);
+    xf = xf * at::rsqrt(var + config_.rms_norm_eps);
+    return weight * xf.to(dtype_);
+}
+
+at::Tensor Transformer::apply_rope(const at::Tensor& x, const at::Tensor& cos,
+                                   const at::Tensor& sin) {
+    const int64_t half = x.size(-1) / 2;
+    at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+    at::Tensor rotated = at::cat({-x2, x1}, -1);
+    return x * cos + rotated * sin;
+}
+
+at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& positions,
+                                const std::optional<at::Tensor>& mask, KvCache& kv,
+                                int64_t kv_len, const at::Tensor& out_rows) const {
+    const ModelConfig& c = config_;
+    const int64_t t = tokens.size(0), h = c.num_attention_heads, hkv = c.num_key_value_heads,
+                  d = c.head_dim;
+    PYLA_CHECK(kv_len + t <= kv.capacity(), "step of " << t << " rows at kv_len " << kv_len
+                                                       << " exceeds KV capacity "
+                                                       << kv.capacity());
+    // RoPE tables for this step's positions, fp32 then cast (as transformers does).
+    at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, D/2]
+    at::Tensor emb = at::cat({freqs, freqs}, -1);                                        // [T, D]
+    at::Tensor cos = emb.cos().to(dtype_).unsqueeze(1);                                  // [T, 1, D]
+    at::Tensor sin = emb.sin().to(dtype_).unsqueeze(1);
+
+    // Attention mask over [committed rows | step rows]. Causal with nothing committed is the
+    // one case SDPA's is_causal describes exactly; otherwise build the boolean mask.
+    std::optional<at::Tensor> attn_mask;
+    bool is_causal = false;
+    if (mask.has_value()) {
+        attn_mask = *mask;
+    } else if (t > 1) {
+        if (kv_len == 0) {
+            is_causal = true;
+        } else {
+            auto opts = at::TensorOptions().dtype(at::kBool).device(device_);
+            at::Tensor m = at::ones({t, kv_len + t}, opts);
+            m.narrow(1, kv_len, t).copy_(at::ones({t, t}, opts).tril());
+            attn_mask = m;
+        }
+    }
+
+    at::Tensor x = at::embedding(embed_, tokens);  // [T, hidden]
+    for (int i = 0; i < c.num_hidden_layers; ++i) {
+        const LayerWeights& lw = layers_[i];
+        at::Tensor hn = rms_norm(x, lw.input_norm);
+        at::Tensor qkv = lw.qkv_bias.defined() ? at::linear(hn, lw.qkv, lw.qkv_bias)
+                                               : at::linear(hn, lw.qkv);  // [T, (H+2Hkv)D]
+        at::Tensor q = qkv.narrow(1, 0, h * d).view({t, h, d});
+        at::Tensor k = qkv.narrow(1, h * d, hkv * d).view({t, hkv, d});
+        at::Tensor v = qkv.narrow(1, (h + hkv) * d, hkv * d).view({t, hkv, d});
+        q = apply_rope(q, cos, sin);
+        k = apply_rope(k, cos, sin);
+        kv.write(i, kv_len, k, v);
+        at::Tensor keys = kv.keys(i, kv_len + t).unsqueeze(0);    // [1, Hkv, S, D]
+        at::Tensor values = kv.values(i, kv_len + t).unsqueeze(0);
+        at::Tensor attn = at::scaled_dot_product_attention(
+            q.transpose(0, 1).unsqueeze(0), keys, values, attn_mask, /*dropout_p=*/0.0, is_causal,
+            /*scale=*/std::nullopt, /*enable_gqa=*/h != hkv);      // [1, H, T, D]
+        attn = attn.squeeze(0).transpose(0, 1).reshape({t, h * d});
+        at::Tensor o = lw.o_bias.defined() ? at::linear(attn, lw.o, lw.o_bias) : at::linear(attn, lw.o);
+        x = x + o;
+        hn = rms_norm(x, lw.post_norm);
+        at::Tensor gu = at::linear(hn, lw.gate_up);  // [T, 2I]
+        const int64_t inter = c.intermediate_size;
+        at::Tensor act = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
+        x = x + at::linear(act, lw.down);
+    }
+    at::Tensor sel = out_rows.size(0) == t ? x : x.index_select(0, out_rows);
+    return at::linear(rms_norm(sel, final_norm_), lm_head_);  // [R, V]
+}
+
+}  // namespace pylookahead

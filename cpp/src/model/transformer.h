@@ -1,0 +1,66 @@
+// The model as a function: forward(tokens, positions, mask, kv) -> logits of selected rows.
+// One block serves Llama, Qwen2 and Mistral: RMSNorm, RoPE, GQA attention, SwiGLU MLP.
+// Knows nothing of lookahead. Weights are immutable after load, so one Transformer may be used
+// by many threads, each with its own KvCache.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+#include "kv/kv_cache.h"
+
+namespace pylookahead {
+
+struct LayerWeights {
+    at::Tensor input_norm;     // [hidden]
+    at::Tensor qkv;            // [(H + 2 Hkv) D, hidden]  q, k, v projections fused
+    at::Tensor qkv_bias;       // [(H + 2 Hkv) D] or undefined
+    at::Tensor o;              // [hidden, H D]
+    at::Tensor o_bias;         // [hidden] or undefined
+    at::Tensor post_norm;      // [hidden]
+    at::Tensor gate_up;        // [2 I, hidden]  gate and up projections fused
+    at::Tensor down;           // [hidden, I]
+};
+
+class Transformer {
+  public:
+    // Loads and validates every tensor of `model_dir` against `config`, casting to `dtype` on
+    // `device`. Throws ModelLoadError naming the file and tensor on a missing, unexpected or
+    // mis-shaped tensor.
+    Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
+                at::Device device);
+
+    const ModelConfig& config() const { return config_; }
+    at::ScalarType dtype() const { return dtype_; }
+    at::Device device() const { return device_; }
+
+    // tokens    [T] int64, positions [T] int64 (absolute), on device()
+    // mask      [T, kv_len + T] bool (true = may attend), or nullopt: causal over the step rows
+    //           (row q sees all kv_len committed rows and step rows 0..q)
+    // out_rows  [R] int64: rows whose logits are returned
+    // Writes the step rows' K/V into kv rows kv_len .. kv_len+T-1.
+    // Returns logits [R, V] in dtype().
+    at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions,
+                       const std::optional<at::Tensor>& mask, KvCache& kv, int64_t kv_len,
+                       const at::Tensor& out_rows) const;
+
+  private:
+    at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+    // x [T, heads, D]; cos, sin [T, 1, D] in dtype()
+    static at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+    ModelConfig config_;
+    at::ScalarType dtype_;
+    at::Device device_;
+    at::Tensor embed_;         // [V, hidden]
+    std::vector<LayerWeights> layers_;
+    at::Tensor final_norm_;    // [hidden]
+    at::Tensor lm_head_;       // [V, hidden] (the embedding when tied)
+    at::Tensor inv_freq_;      // [D / 2] fp32, rope scaling applied
+};
+
+}  // namespace pylookahead

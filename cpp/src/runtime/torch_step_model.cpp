@@ -1,0 +1,72 @@
+#include "runtime/torch_step_model.h"
+
+#include <cstring>
+
+#include "check.h"
+
+namespace pylookahead {
+
+TorchStepModel::TorchStepModel(const Transformer& model, int capacity)
+    : model_(model),
+      kv_(model.config().num_hidden_layers, model.config().num_key_value_heads, capacity,
+          model.config().head_dim, model.dtype(), model.device()) {}
+
+at::Tensor TorchStepModel::to_device_long(const std::vector<int32_t>& v) const {
+    at::Tensor host = at::from_blob(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())},
+                                    at::TensorOptions().dtype(at::kInt));
+    return host.to(at::TensorOptions().dtype(at::kLong).device(model_.device()));
+}
+
+void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
+                                  const std::vector<int32_t>& positions, const uint8_t* mask,
+                                  const std::vector<int32_t>& out_rows,
+                                  std::vector<TokenId>* argmax) {
+    const int64_t t = static_cast<int64_t>(tokens.size());
+    PYLA_CHECK(t > 0 && positions.size() == tokens.size(), "bad step shapes");
+    PYLA_CHECK(kv_len_ + t <= kv_.capacity(), "step of " << t << " rows at kv_len " << kv_len_
+                                                         << " exceeds KV capacity "
+                                                         << kv_.capacity());
+    std::optional<at::Tensor> full_mask;
+    if (mask != nullptr) {
+        // The step block is the same for every step of one lookahead config: convert it once.
+        const size_t n = static_cast<size_t>(t * t);
+        if (mask_key_.size() != n || std::memcmp(mask_key_.data(), mask, n) != 0) {
+            mask_key_.assign(mask, mask + n);
+            at::Tensor host = at::from_blob(mask_key_.data(), {t, t}, at::kByte);
+            mask_block_ = host.to(at::TensorOptions().dtype(at::kBool).device(model_.device()));
+        }
+        auto opts = at::TensorOptions().dtype(at::kBool).device(model_.device());
+        at::Tensor m = at::ones({t, kv_len_ + t}, opts);
+        m.narrow(1, kv_len_, t).copy_(mask_block_);
+        full_mask = m;
+    }
+    at::Tensor logits = model_.forward(to_device_long(tokens), to_device_long(positions), full_mask,
+                                       kv_, kv_len_, to_device_long(out_rows));
+    // The only device-to-host copy of the step: R int32 ids.
+    at::Tensor ids = logits.argmax(-1).to(at::kInt).cpu().contiguous();
+    argmax->assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+    pending_rows_ = static_cast<int>(t);
+}
+
+void TorchStepModel::commit(const std::vector<int32_t>& src_rows) {
+    for (size_t i = 0; i < src_rows.size(); ++i) {
+        const int32_t src = src_rows[i];
+        PYLA_CHECK(src >= static_cast<int32_t>(i) && src < pending_rows_,
+                   "commit row " << src << " at index " << i << " of a " << pending_rows_
+                                 << "-row step");
+        kv_.move_row(kv_len_ + src, kv_len_ + static_cast<int64_t>(i));
+    }
+    kv_len_ += static_cast<int>(src_rows.size());
+    pending_rows_ = 0;
+}
+
+at::Tensor TorchStepModel::prefill_logits(const std::vector<TokenId>& tokens) {
+    std::vector<int32_t> positions(tokens.size()), rows(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) positions[i] = rows[i] = static_cast<int32_t>(i);
+    kv_len_ = 0;
+    at::Tensor logits = model_.forward(to_device_long(tokens), to_device_long(positions),
+                                       std::nullopt, kv_, 0, to_device_long(rows));
+    return logits.to(at::kFloat).cpu();
+}
+
+}  // namespace pylookahead

@@ -1,0 +1,42 @@
+// StepModel over the libtorch Transformer and a static KvCache: turns the plain arrays of a step
+// into device tensors, runs the model, and copies back only the argmax ids (int32, [R]).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "lookahead/decode_loop.h"
+#include "model/transformer.h"
+
+namespace pylookahead {
+
+class TorchStepModel : public StepModel {
+  public:
+    // Allocates the KV cache ([L, 2, Hkv, capacity, D]) once. `model` must outlive this.
+    TorchStepModel(const Transformer& model, int capacity);
+
+    void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
+                      const uint8_t* mask, const std::vector<int32_t>& out_rows,
+                      std::vector<TokenId>* argmax) override;
+    void commit(const std::vector<int32_t>& src_rows) override;
+    int kv_len() const override { return kv_len_; }
+    int kv_capacity() const override { return kv_.capacity(); }
+    void reset() override { kv_len_ = 0; }
+
+    // Logits [T, V] (fp32, host) of `tokens` run as a prefill from an empty cache; for tests.
+    at::Tensor prefill_logits(const std::vector<TokenId>& tokens);
+
+  private:
+    at::Tensor to_device_long(const std::vector<int32_t>& v) const;
+
+    const Transformer& model_;
+    KvCache kv_;
+    int kv_len_ = 0;
+    int pending_rows_ = 0;               // step rows written by the last forward_step
+    std::vector<uint8_t> mask_key_;      // [T * T] the step mask last turned into mask_block_
+    at::Tensor mask_block_;              // [T, T] bool on device
+};
+
+}  // namespace pylookahead

@@ -1,0 +1,28 @@
+"""pylookahead: exact, draft-free Lookahead Decoding on a libtorch C++ engine."""
+
+from __future__ import annotations
+
+# libtorch's shared libraries must be loaded before the extension that links them.
+import torch  # noqa: F401
+
+from ._core import (  # noqa: E402
+    EngineConfig,
+    GenerationConfig,
+    LookaheadConfig,
+    ModelLoadError,
+    SessionConfig,
+    __version__,
+)
+from .session import GenerationOutput, Model, Session  # noqa: E402
+
+__all__ = [
+    "EngineConfig",
+    "GenerationConfig",
+    "GenerationOutput",
+    "LookaheadConfig",
+    "Model",
+    "ModelLoadError",
+    "Session",
+    "SessionConfig",
+    "__version__",
+]
