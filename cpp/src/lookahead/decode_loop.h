@@ -56,8 +56,11 @@ struct DecodeRequest {
 
 // Runs prefill + decode on `model` (whose cache is reset first). Output equals greedy decoding
 // token for token: an end id or max_new_tokens reached inside a multi-token acceptance
-// truncates exactly there. `on_tokens` (may be empty) gets each step's emitted tokens.
-// Throws ConfigError if the prompt + max_new_tokens + one step's tokens exceed kv_capacity().
+// truncates exactly there (the end id is kept). `on_tokens` (may be empty) gets each pass's
+// emitted tokens after truncation, starting with the prefill's first token; returning false
+// stops with kCallback unless that chunk already hit a stop (kEndToken / kMaxNewTokens win).
+// Throws ConfigError on an empty prompt, negative ids, max_new_tokens < 1, an invalid
+// LookaheadConfig, or if the prompt + max_new_tokens + one step's tokens exceed kv_capacity().
 GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                             const std::function<bool(const std::vector<TokenId>&)>& on_tokens);
 

@@ -1,0 +1,57 @@
+// validate() of the option structs that the std-only core owns.
+#include <string>
+
+#include "pylookahead/config.h"
+#include "pylookahead/errors.h"
+
+namespace pylookahead {
+
+namespace {
+
+constexpr int kMaxWindowSize = 64;
+constexpr int kMaxNgramSize = 64;
+constexpr int kMaxVerificationSetSize = 64;
+constexpr int kMaxTokensPerStep = 1024;
+
+void check_range(const char* field, int value, int lo, int hi) {
+    if (value < lo) {
+        throw ConfigError(std::string(field) + " must be >= " + std::to_string(lo) + " (got " +
+                          std::to_string(value) + ")");
+    }
+    if (value > hi) {
+        throw ConfigError(std::string(field) + " must be <= " + std::to_string(hi) + " (got " +
+                          std::to_string(value) + ")");
+    }
+}
+
+}  // namespace
+
+void LookaheadConfig::validate() const {
+    check_range("window_size", window_size, 1, kMaxWindowSize);
+    check_range("ngram_size", ngram_size, 2, kMaxNgramSize);
+    check_range("verification_set_size", verification_set_size, 0, kMaxVerificationSetSize);
+    if (tokens_per_step() > kMaxTokensPerStep) {
+        throw ConfigError("tokens per step (window_size + verification_set_size) * (ngram_size - 1)"
+                          " must be <= " + std::to_string(kMaxTokensPerStep) + " (got " +
+                          std::to_string(tokens_per_step()) + " for window_size " +
+                          std::to_string(window_size) + ", ngram_size " +
+                          std::to_string(ngram_size) + ", verification_set_size " +
+                          std::to_string(verification_set_size) + ")");
+    }
+}
+
+void GenerationConfig::validate() const {
+    if (max_new_tokens < 1) {
+        throw ConfigError("max_new_tokens must be >= 1 (got " + std::to_string(max_new_tokens) +
+                          ")");
+    }
+    for (size_t i = 0; i < stop_token_ids.size(); ++i) {
+        if (stop_token_ids[i] < 0) {
+            throw ConfigError("stop_token_ids must be >= 0 (got " +
+                              std::to_string(stop_token_ids[i]) + " at index " +
+                              std::to_string(i) + ")");
+        }
+    }
+}
+
+}  // namespace pylookahead

@@ -1,0 +1,86 @@
+#include "lookahead/lookahead_algorithm.h"
+
+#include <algorithm>
+
+#include "check.h"
+#include "lookahead/verifier.h"
+
+namespace pylookahead {
+
+LookaheadAlgorithm::LookaheadAlgorithm(const LookaheadConfig& config)
+    : config_(config),
+      layout_(build_step_layout(step_budget(config))),
+      pool_(config.ngram_size - 1, config.verification_set_size),
+      window_(config.window_size, config.ngram_size),
+      tokens_(layout_.budget.tokens_per_step, 0),
+      next_(config.window_size, 0) {}
+
+void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first_token) {
+    pool_.clear();
+    history_.clear();
+    window_.init(prompt, config_.seed);
+    if (!config_.seed_from_prompt) return;
+    append_history(prompt.data(), static_cast<int>(prompt.size()));
+    append_history(&first_token, 1);
+}
+
+void LookaheadAlgorithm::append_history(const TokenId* tokens, int n) {
+    // Adds the N-gram that ends at each new token, oldest first (the newest is the freshest).
+    const int N = config_.ngram_size;
+    for (int i = 0; i < n; ++i) {
+        history_.push_back(tokens[i]);
+        const size_t size = history_.size();
+        if (size < static_cast<size_t>(N)) continue;
+        const TokenId* gram = history_.data() + size - N;
+        pool_.insert(gram[0], gram + 1, NgramSource::kSeed);
+    }
+}
+
+const std::vector<TokenId>& LookaheadAlgorithm::prepare(TokenId x) {
+    const StepBudget& b = budget();
+    const int len = b.candidate_len();
+    const std::vector<TokenId>& cells = window_.cells();
+    std::copy(cells.begin(), cells.end(), tokens_.begin());
+    tokens_[0] = x;
+
+    const NgramPool::Candidates cands = pool_.find(x);
+    num_candidates_ = std::min(cands.count, b.verification_set_size);
+    candidate_sources_.assign(cands.sources, cands.sources + num_candidates_);
+    auto slots = tokens_.begin() + b.verify_begin;
+    std::copy(cands.tokens, cands.tokens + num_candidates_ * len, slots);
+    std::fill(slots + num_candidates_ * len, tokens_.end(), x);  // padding: outputs ignored
+    return tokens_;
+}
+
+StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax) {
+    const StepBudget& b = budget();
+    PYLA_CHECK(argmax.size() == layout_.out_rows.size(),
+               "argmax has " << argmax.size() << " rows, expected " << layout_.out_rows.size());
+    const TokenId x = tokens_[0];
+    const TokenId t0 = argmax[0];  // row 0 is out_rows[0] for every N
+    std::copy_n(argmax.begin() + layout_.out_last_level, b.window_size, next_.begin());
+
+    VerifyResult verdict = verify_greedy(t0, tokens_.data() + b.verify_begin,
+                                         argmax.data() + layout_.out_verify, num_candidates_,
+                                         b.candidate_len());
+    StepOutcome out;
+    out.candidate = verdict.candidate;
+    out.num_accepted = verdict.num_accepted;
+    out.commit_rows.push_back(0);
+    if (verdict.num_accepted > 0) {
+        out.source = candidate_sources_[verdict.candidate];
+        for (int k = 0; k < verdict.num_accepted; ++k) {
+            out.commit_rows.push_back(b.verify_row(verdict.candidate, k));
+        }
+    }
+    out.emitted = std::move(verdict.emitted);
+
+    window_.harvest(x, next_.data(), &pool_);
+    window_.shift(next_.data());
+    if (config_.seed_from_prompt) {
+        append_history(out.emitted.data(), static_cast<int>(out.emitted.size()));
+    }
+    return out;
+}
+
+}  // namespace pylookahead
