@@ -1,0 +1,52 @@
+"""Shared fixtures: tiny random checkpoints (written once per session) and the real SmolLM2 checkpoint."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TinyModelFactory = Callable[..., Path]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_factory(tmp_path_factory: pytest.TempPathFactory) -> TinyModelFactory:
+    """`factory(arch="llama", **write_tiny_model_kwargs) -> Path`, memoized per distinct arguments.
+
+    Lets parametrized tests share checkpoints: the same arguments always return the same directory.
+    """
+    pytest.importorskip("transformers")
+    from tiny_models import write_tiny_model
+
+    cache: dict[str, Path] = {}
+
+    def factory(arch: str = "llama", **kwargs: Any) -> Path:
+        key = repr((arch, sorted(kwargs.items(), key=lambda item: item[0])))
+        if key not in cache:
+            cache[key] = write_tiny_model(tmp_path_factory.mktemp(f"tiny_{arch}"), arch, **kwargs)  # type: ignore[arg-type]
+        return cache[key]
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_model_factory: TinyModelFactory) -> Path:
+    """Tiny random Llama (float32, GQA 4/2 heads, untied, rope_parameters spelling) with a word tokenizer."""
+    return tiny_model_factory("llama")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(tiny_model_factory: TinyModelFactory) -> Path:
+    """Tiny random Qwen2 (float32, q/k/v biases, GQA 4/2 heads, untied) with a word tokenizer."""
+    return tiny_model_factory("qwen2")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> Path:
+    """The converted SmolLM2-135M-Instruct checkpoint, pulled into PYLOOKAHEAD_CACHE on first use (~93 MB)."""
+    pytest.importorskip("transformers")
+    from pylookahead.models import DEFAULT_MODEL, pull
+
+    return pull(DEFAULT_MODEL, progress=False)
