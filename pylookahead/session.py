@@ -39,9 +39,13 @@ class Model:
         dtype: str = "float32",
         num_threads: int = 0,
     ) -> None:
-        from .models import resolve_model
+        path = Path(model).expanduser()
+        if not path.exists() and "/" not in str(model):
+            # A catalogue name ("smollm2-135m-instruct"); a path goes straight to the loader,
+            # which reports what is missing as a ModelLoadError.
+            from .models import resolve_model
 
-        path = resolve_model(model)
+            path = resolve_model(str(model))
         engine = _core.EngineConfig()
         engine.device = device
         engine.dtype = dtype
@@ -52,7 +56,7 @@ class Model:
         if (self.path / "tokenizer.json").exists():
             from .tokenizer import TextTokenizer
 
-            self.tokenizer = TextTokenizer(self.path)
+            self.tokenizer = TextTokenizer.from_pretrained(self.path)
 
     @property
     def info(self) -> _core.ModelInfo:

