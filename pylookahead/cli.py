@@ -1,4 +1,4 @@
-"""Command line: pylookahead pull | convert-gguf | generate."""
+"""Command line: pylookahead pull | convert-gguf | generate | cmake-dir."""
 
 from __future__ import annotations
 
@@ -100,6 +100,20 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cmake_dir(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    # Installed by the wheel next to _core (cpp/CMakeLists.txt); absent in a source checkout.
+    path = Path(__file__).resolve().parent / "lib" / "cmake" / "pylookahead"
+    if not (path / "pylookaheadConfig.cmake").is_file():
+        raise FileNotFoundError(
+            f"no CMake package in {path}: this pylookahead is not an installed wheel; "
+            "build and `cmake --install` the C++ library instead (docs/cpp.md)"
+        )
+    print(path)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pylookahead", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -123,6 +137,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("gguf")
     c.add_argument("out_dir")
     c.set_defaults(func=cmd_convert)
+
+    cm = sub.add_parser(
+        "cmake-dir",
+        help="print the directory of the C++ CMake package (pass it as -Dpylookahead_DIR=...)",
+    )
+    cm.set_defaults(func=cmd_cmake_dir)
     return p
 
 
