@@ -1,0 +1,215 @@
+// generate_main: load a checkpoint, run greedy and Lookahead decoding on the same prompt token ids,
+// and print both outputs and their step statistics as `key: value` lines, e.g.
+//
+//   greedy_ids: 5 17 17 3
+//   lookahead_ids: 5 17 17 3
+//   identical: yes
+//   lookahead_steps: 2
+//   lookahead_accept_histogram: 0 1 1 0        (steps that emitted 1, 2, ..., N tokens)
+//
+// Exit status: 0 when the two outputs are identical, 1 when they differ, 2 on any error.
+#include <pylookahead/pylookahead.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace pla = pylookahead;
+
+namespace {
+
+struct Options {
+    std::string model_dir;
+    std::vector<pla::TokenId> prompt;
+    pla::EngineConfig engine;
+    pla::GenerationConfig gen;
+    pla::LookaheadConfig lookahead;
+};
+
+void print_usage(std::ostream& os) {
+    const pla::LookaheadConfig la;
+    const pla::GenerationConfig gen;
+    const pla::EngineConfig engine;
+    os << "usage: generate_main MODEL_DIR (--ids 1,2,3 | --ids-file FILE) [options]\n"
+       << "  --ids LIST                       prompt token ids, comma-separated\n"
+       << "  --ids-file FILE                  prompt token ids, comma- or whitespace-separated\n"
+       << "  -W, --window-size INT            lookahead window W (default " << la.window_size
+       << ")\n"
+       << "  -N, --ngram-size INT             n-gram size N (default " << la.ngram_size << ")\n"
+       << "  -G, --verification-set-size INT  candidates G (default " << la.verification_set_size
+       << ")\n"
+       << "  --max-new-tokens INT             (default " << gen.max_new_tokens << ")\n"
+       << "  --dtype NAME                     float32, bfloat16, float16 or float64 (default "
+       << engine.dtype << ")\n"
+       << "  --device NAME                    cpu, cuda or cuda:K (default " << engine.device
+       << ")\n"
+       << "  --threads INT                    CPU threads, 0 keeps libtorch's default\n";
+}
+
+long long parse_int(const std::string& text, const std::string& what, long long lo, long long hi) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+        v = std::stoll(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (text.empty() || used != text.size()) {
+        throw std::invalid_argument(what + " must be an integer (got '" + text + "')");
+    }
+    if (v < lo || v > hi) {
+        throw std::invalid_argument(what + " must be in [" + std::to_string(lo) + ", " +
+                                    std::to_string(hi) + "] (got " + text + ")");
+    }
+    return v;
+}
+
+// Token ids separated by commas and/or whitespace.
+std::vector<pla::TokenId> parse_ids(std::string text, const std::string& source) {
+    for (char& c : text) {
+        if (c == ',') c = ' ';
+    }
+    std::istringstream is(text);
+    std::vector<pla::TokenId> ids;
+    std::string item;
+    while (is >> item) {
+        ids.push_back(static_cast<pla::TokenId>(
+            parse_int(item, source + " token id", 0, std::numeric_limits<pla::TokenId>::max())));
+    }
+    if (ids.empty()) throw std::invalid_argument(source + " holds no token ids");
+    return ids;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw std::runtime_error("cannot open ids file '" + path + "'");
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+Options parse_args(int argc, char** argv) {
+    Options o;
+    constexpr int kIntMax = std::numeric_limits<int>::max();
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        auto value = [&]() -> std::string {
+            if (i + 1 >= argc) throw std::invalid_argument(arg + " needs a value");
+            return argv[++i];
+        };
+        if (arg == "--ids") {
+            o.prompt = parse_ids(value(), "--ids");
+        } else if (arg == "--ids-file") {
+            const std::string path = value();
+            o.prompt = parse_ids(read_file(path), path);
+        } else if (arg == "-W" || arg == "--window-size") {
+            o.lookahead.window_size = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (arg == "-N" || arg == "--ngram-size") {
+            o.lookahead.ngram_size = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (arg == "-G" || arg == "--verification-set-size") {
+            o.lookahead.verification_set_size =
+                static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (arg == "--max-new-tokens") {
+            o.gen.max_new_tokens = static_cast<int>(parse_int(value(), arg, 1, kIntMax));
+        } else if (arg == "--dtype") {
+            o.engine.dtype = value();
+        } else if (arg == "--device") {
+            o.engine.device = value();
+        } else if (arg == "--threads") {
+            o.engine.num_threads = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (!arg.empty() && arg[0] == '-') {
+            throw std::invalid_argument("unknown option " + arg);
+        } else if (o.model_dir.empty()) {
+            o.model_dir = arg;
+        } else {
+            throw std::invalid_argument("unexpected argument '" + arg + "'");
+        }
+    }
+    if (o.model_dir.empty()) throw std::invalid_argument("MODEL_DIR is required");
+    if (o.prompt.empty()) throw std::invalid_argument("--ids or --ids-file is required");
+    return o;
+}
+
+const char* stop_reason_name(pla::StopReason r) {
+    switch (r) {
+        case pla::StopReason::kEndToken: return "end_token";
+        case pla::StopReason::kMaxNewTokens: return "max_new_tokens";
+        case pla::StopReason::kCallback: return "callback";
+    }
+    return "unknown";
+}
+
+template <typename T>
+std::string join(const std::vector<T>& v, size_t from = 0) {
+    std::string s;
+    for (size_t i = from; i < v.size(); ++i) s += (i > from ? " " : "") + std::to_string(v[i]);
+    return s;
+}
+
+void print_result(const std::string& label, const pla::GenerationResult& r) {
+    const pla::GenerationStats& s = r.stats;
+    std::printf("%s_ids: %s\n", label.c_str(), join(r.tokens).c_str());
+    std::printf("%s_stop_reason: %s\n", label.c_str(), stop_reason_name(r.stop_reason));
+    std::printf("%s_steps: %lld\n", label.c_str(), static_cast<long long>(s.steps));
+    std::printf("%s_compression: %.4f\n", label.c_str(), s.compression());
+    // Index 0 of accept_histogram is unused: print the counts for 1, 2, ..., N tokens per step.
+    std::printf("%s_accept_histogram: %s\n", label.c_str(), join(s.accept_histogram, 1).c_str());
+    std::printf("%s_prefill_s: %.6f\n", label.c_str(), s.prefill_s);
+    std::printf("%s_decode_s: %.6f\n", label.c_str(), s.decode_s);
+}
+
+int run(const Options& o) {
+    std::shared_ptr<const pla::Model> model = pla::Model::load(o.model_dir, o.engine);
+    pla::Session session(model);  // every generate() starts from an empty cache
+    const pla::GenerationResult greedy = session.generate(o.prompt, o.gen, std::nullopt);
+    const pla::GenerationResult lookahead = session.generate(o.prompt, o.gen, o.lookahead);
+    const bool identical = greedy.tokens == lookahead.tokens;
+
+    std::printf("model: %s\n", model->info().architecture.c_str());
+    std::printf("prompt_ids: %s\n", join(o.prompt).c_str());
+    std::printf("lookahead_config: W=%d N=%d G=%d\n", o.lookahead.window_size,
+                o.lookahead.ngram_size, o.lookahead.verification_set_size);
+    print_result("greedy", greedy);
+    print_result("lookahead", lookahead);
+    std::printf("identical: %s\n", identical ? "yes" : "no");
+    return identical ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "-h" || arg == "--help") {
+            print_usage(std::cout);
+            return 0;
+        }
+    }
+    Options options;
+    try {
+        options = parse_args(argc, argv);
+    } catch (const std::exception& e) {
+        std::cerr << "generate_main: error: " << e.what() << "\n";
+        print_usage(std::cerr);
+        return 2;
+    }
+    try {
+        return run(options);
+    } catch (const pla::ConfigError& e) {  // bad option or prompt (ValueError in Python)
+        std::cerr << "generate_main: invalid argument: " << e.what() << "\n";
+    } catch (const pla::ModelLoadError& e) {  // unreadable or unsupported checkpoint
+        std::cerr << "generate_main: cannot load model: " << e.what() << "\n";
+    } catch (const std::exception& e) {  // InternalError, or an error from libtorch
+        std::cerr << "generate_main: error: " << e.what() << "\n";
+    }
+    return 2;
+}
