@@ -1,5 +1,10 @@
 // Option structs of the public C++ API. Each field has a default and a one-line meaning.
-// validate() throws ConfigError naming the field, the value and the rule.
+//
+// All four are plain values: copy them freely; a const instance may be read from any number of
+// threads. validate() checks the fields on their own (no model needed) and throws ConfigError
+// whose message names the field, the value and the rule, e.g. "ngram_size must be >= 2 (got 1)".
+// Model::load, Session and Session::generate call validate() themselves; call it earlier only to
+// report bad options before doing any work.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +16,9 @@
 namespace pylookahead {
 
 // Lookahead decoding (Fu et al., ICML 2024). One step runs a W x (N-1) Jacobi window and up to
-// G verification candidates in one forward pass of (W + G) * (N - 1) tokens.
+// G verification candidates in one forward pass of (W + G) * (N - 1) tokens, and emits 1..N
+// tokens. The output equals plain greedy decoding token for token; these options change only
+// how many forward passes it takes. Pass it to Session::generate; std::nullopt there means greedy.
 struct LookaheadConfig {
     int window_size = 4;            // W: lookahead columns (>= 1); also n-grams harvested per step
     int ngram_size = 4;             // N: n-gram length (>= 2); a step emits at most N tokens
@@ -19,33 +26,43 @@ struct LookaheadConfig {
     bool seed_from_prompt = true;   // put every n-gram of the prompt and of the accepted text in the pool
     uint64_t seed = 0;              // seeds the random initial window (drawn from prompt tokens)
 
-    // Tokens in one step: (W + G) * (N - 1).
+    // Tokens in one step: (W + G) * (N - 1). Meaningful only for valid fields; never throws.
     int tokens_per_step() const { return (window_size + verification_set_size) * (ngram_size - 1); }
+
+    // Throws ConfigError unless 1 <= window_size <= 64, 2 <= ngram_size <= 64,
+    // 0 <= verification_set_size <= 64 and tokens_per_step() <= 1024.
     void validate() const;
 };
 
-// Options of one generate() call.
+// Options of one Session::generate() call.
 struct GenerationConfig {
     int max_new_tokens = 128;              // stop after this many new tokens (>= 1)
     std::vector<TokenId> stop_token_ids;   // extra end ids, on top of the model's own
-    bool use_model_end_ids = true;         // also stop on the checkpoint's eos ids
+    bool use_model_end_ids = true;         // also stop on the model's ModelInfo::eos_token_ids
 
+    // Throws ConfigError if max_new_tokens < 1 or a stop id is negative. Whether the stop ids
+    // are below the model's vocab_size is checked by Session::generate.
     void validate() const;
 };
 
-// Where and how a model runs.
+// Where and how a Model runs. Used once, by Model::load.
 struct EngineConfig {
     std::string device = "cpu";     // "cpu", "cuda" or "cuda:K"
-    std::string dtype = "float32";  // "float32", "bfloat16", "float16" or "float64"
-    int num_threads = 0;            // intra-op CPU threads; 0 keeps libtorch's setting
+    std::string dtype = "float32";  // compute dtype: "float32", "bfloat16", "float16" or "float64"
+    int num_threads = 0;            // intra-op CPU threads; 0 keeps libtorch's setting. > 0 sets
+                                    // libtorch's process-wide count (at::set_num_threads) in load()
 
+    // Throws ConfigError for an unknown dtype, a malformed device, a CUDA device when this
+    // libtorch has no usable CUDA, or num_threads < 0.
     void validate() const;
 };
 
-// Per-session options.
+// Per-Session options.
 struct SessionConfig {
     int kv_capacity = 0;  // KV cache rows (prompt + new tokens + one step); 0 = min(max_position_embeddings, 4096)
 
+    // Throws ConfigError if kv_capacity < 0. The upper bound (the model's max_position_embeddings,
+    // or its sliding window) is checked by the Session constructor.
     void validate() const;
 };
 

@@ -1,6 +1,13 @@
-// Typed errors of the public C++ API. Python sees ConfigError as ValueError,
-// ModelLoadError as pylookahead.ModelLoadError (a RuntimeError) and InternalError
-// as RuntimeError. Library code never exits or aborts: every failure is one of these.
+// Typed errors of the public C++ API.
+//
+// Library code never exits, aborts or returns error codes: every failure is thrown as one of the
+// classes below (all derive from std::exception, so `catch (const std::exception&)` catches them
+// all). Errors raised inside libtorch while running a model (e.g. device out of memory) may
+// surface as c10::Error, which also derives from std::exception. After any exception from
+// Session::generate the Session stays usable: the next call starts from an empty cache.
+//
+// Python sees ConfigError as ValueError, ModelLoadError as pylookahead.ModelLoadError (a
+// RuntimeError) and InternalError as RuntimeError.
 #pragma once
 
 #include <stdexcept>
@@ -8,8 +15,9 @@
 
 namespace pylookahead {
 
-// A bad argument or option. The message names the field, the value and the rule,
-// e.g. "ngram_size must be >= 2 (got 1)".
+// A bad argument or option: a field of a config struct, an empty or out-of-vocabulary prompt,
+// a request that does not fit the KV cache. The message names the field, the value and the
+// rule, e.g. "ngram_size must be >= 2 (got 1)". Fix the input; retrying as-is fails again.
 class ConfigError : public std::invalid_argument {
   public:
     explicit ConfigError(const std::string& msg) : std::invalid_argument(msg) {}
@@ -23,7 +31,8 @@ class ModelLoadError : public std::runtime_error {
     explicit ModelLoadError(const std::string& msg) : std::runtime_error(msg) {}
 };
 
-// A broken internal invariant (a bug in pylookahead). Carries file:line.
+// A broken internal invariant (a bug in pylookahead, please report it). The message starts with
+// the source file:line of the failed check.
 class InternalError : public std::logic_error {
   public:
     explicit InternalError(const std::string& msg) : std::logic_error(msg) {}

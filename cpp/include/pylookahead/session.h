@@ -1,5 +1,15 @@
-// The public C++ entry points: a loaded Model (weights, shared) and a Session (per-conversation
+// The public C++ entry points: a loaded Model (weights, shared) and a Session (per-sequence
 // state: KV cache, lookahead pool). No torch header is included here.
+//
+//   pylookahead::EngineConfig engine;       // cpu, float32
+//   auto model = pylookahead::Model::load("/path/to/checkpoint", engine);
+//   pylookahead::Session session(model);
+//   pylookahead::LookaheadConfig lookahead;  // W = N = G = 4
+//   pylookahead::GenerationResult out = session.generate(prompt_ids, {}, lookahead);
+//
+// Thread-safety: a Model is immutable after load() and may be shared by Sessions in any number
+// of threads. A Session is not thread-safe: use one Session from one thread at a time; distinct
+// Sessions (even over one Model) may run in parallel. Errors: see errors.h.
 #pragma once
 
 #include <functional>
@@ -14,35 +24,43 @@
 
 namespace pylookahead {
 
-// What a loaded checkpoint is.
+// What a loaded checkpoint is (read from its config.json and generation_config.json).
 struct ModelInfo {
     std::string architecture;          // e.g. "LlamaForCausalLM"
     std::string model_dir;             // the directory it was loaded from
-    std::string device;                // device it runs on
-    std::string dtype;                 // compute dtype
+    std::string device;                // device it runs on, e.g. "cpu", "cuda:0"
+    std::string dtype;                 // compute dtype, as in EngineConfig::dtype
     int num_layers = 0;
     int hidden_size = 0;
     int num_attention_heads = 0;
     int num_key_value_heads = 0;
     int head_dim = 0;
-    int vocab_size = 0;
+    int vocab_size = 0;                // token ids are in [0, vocab_size)
     int max_position_embeddings = 0;
     std::vector<TokenId> eos_token_ids;  // from generation_config.json, else config.json
 };
 
-// Loaded weights. Immutable after load(), so one Model may be shared by many Sessions in
-// many threads. Owns device memory for the weights; freed when the last shared_ptr goes.
+// Loaded weights of one Llama-family checkpoint (LlamaForCausalLM, Qwen2ForCausalLM,
+// MistralForCausalLM), held on the engine's device in its dtype. Immutable after load(), so one
+// Model may be shared by many Sessions in many threads. Always held by std::shared_ptr: each
+// Session keeps its Model alive, and the weights' memory is freed when the last owner goes.
+// Not copyable, not movable.
 class Model {
   public:
     // Reads config.json (+ generation_config.json) and model.safetensors or the sharded
     // model.safetensors.index.json from `model_dir`, casts weights to `engine.dtype` and moves
-    // them to `engine.device`. Throws ModelLoadError (bad checkpoint) or ConfigError (bad options).
+    // them to `engine.device`. The files are only read during the call.
+    // Throws ConfigError (invalid `engine`, see EngineConfig::validate) or ModelLoadError
+    // (missing or corrupt files, unsupported architecture, missing/unexpected tensor, shape
+    // mismatch; the message names the file and the tensor or key).
+    // Thread-safe, except that engine.num_threads > 0 changes libtorch's process-wide setting.
     static std::shared_ptr<const Model> load(const std::string& model_dir,
                                              const EngineConfig& engine = {});
     ~Model();
     Model(const Model&) = delete;
     Model& operator=(const Model&) = delete;
 
+    // What was loaded. The reference lives as long as this Model. Thread-safe.
     const ModelInfo& info() const;
 
     struct Impl;  // internal (torch-side); opaque to users
@@ -53,15 +71,23 @@ class Model {
     std::unique_ptr<Impl> impl_;
 };
 
-// Called after every step with the tokens that step emitted (already truncated at a stop).
-// Return false to stop generation after this step (StopReason::kCallback).
+// Called by Session::generate after every forward pass (the prefill first) with the tokens that
+// pass emitted, already truncated at a stop; on the generating thread, before generate returns.
+// Return false to stop generation after this pass (StopReason::kCallback, unless this chunk
+// already hit an end id or max_new_tokens). An exception thrown by the callback ends generate()
+// and propagates to its caller.
 using OnTokens = std::function<bool(const std::vector<TokenId>& tokens)>;
 
-// Generation state for one sequence (batch 1): a static KV cache allocated once at creation
-// and the lookahead state. Not thread-safe: use one Session from one thread at a time; distinct
+// Generation state for one sequence (batch 1): a static KV cache allocated once at creation and
+// the lookahead state. Owns its cache memory (kv_capacity() rows, on the Model's device) and
+// shares ownership of its Model. Movable, not copyable; a moved-from Session may only be
+// destroyed or assigned to. Not thread-safe: use one Session from one thread at a time; distinct
 // Sessions (even over one Model) may run in parallel threads.
 class Session {
   public:
+    // Allocates the KV cache. Throws ConfigError if `model` is null, config.kv_capacity < 0, or
+    // config.kv_capacity exceeds the model's max_position_embeddings (or sliding window).
+    // Allocation failures from libtorch propagate (c10::Error).
     explicit Session(std::shared_ptr<const Model> model, const SessionConfig& config = {});
     ~Session();
     Session(Session&&) noexcept;
@@ -69,19 +95,29 @@ class Session {
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
-    // Greedy decoding of `prompt` (token ids). With `lookahead` set, runs Lookahead decoding,
-    // whose output equals greedy decoding token for token. Throws ConfigError on bad options,
-    // an empty prompt, token ids out of range, or a prompt + max_new_tokens + one step that
-    // exceeds the KV capacity.
+    // Greedy decoding of `prompt` (token ids), starting from an empty cache: no state carries
+    // over between calls. With `lookahead` set, runs Lookahead decoding, whose output equals
+    // greedy decoding token for token (it only takes fewer forward passes). Generation stops at
+    // an end id (kept as the last token), at gen.max_new_tokens, or when `on_tokens` returns
+    // false; `on_tokens` may be empty.
+    // Throws ConfigError on bad options (GenerationConfig / LookaheadConfig::validate), an empty
+    // prompt, prompt or stop ids outside [0, vocab_size), or when prompt length +
+    // max_new_tokens + lookahead->tokens_per_step() (1 for greedy) exceeds kv_capacity().
+    // Errors from libtorch (e.g. device out of memory) propagate as c10::Error. After any
+    // exception the Session remains usable.
     GenerationResult generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen = {},
                               const std::optional<LookaheadConfig>& lookahead = std::nullopt,
                               const OnTokens& on_tokens = nullptr);
 
     // Logits of every prompt position, run as one prefill from an empty cache: [L * V] row-major
     // fp32 (row i predicts token i+1). For parity checks and scoring; resets the cache.
+    // Throws ConfigError on an empty prompt, ids outside [0, vocab_size), or a prompt longer
+    // than kv_capacity().
     std::vector<float> prompt_logits(const std::vector<TokenId>& prompt);
 
+    // The Model this Session runs; the reference lives as long as this Session.
     const Model& model() const;
+    // Rows of the KV cache: the longest prompt + new tokens + one step this Session can run.
     int kv_capacity() const;
 
   private:

@@ -1,4 +1,5 @@
-// Plain result types of the public C++ API (no torch).
+// Plain result types of the public C++ API (no torch). All are values owned by the caller:
+// copy or move them freely; a const instance may be read from any number of threads.
 #pragma once
 
 #include <cstdint>
@@ -7,39 +8,42 @@
 
 namespace pylookahead {
 
+// A token id of the model's vocabulary, in [0, ModelInfo::vocab_size).
 using TokenId = int32_t;
 
 // Why generation ended.
 enum class StopReason {
     kEndToken,      // an end id (the model's or GenerationConfig::stop_token_ids) was produced
     kMaxNewTokens,  // GenerationConfig::max_new_tokens reached
-    kCallback,      // the on_token callback returned false
+    kCallback,      // the on_tokens callback returned false
 };
 
-// Counters of one generate() call.
+// Counters of one generate() call. A "step" is one forward pass after the prefill: one token for
+// greedy decoding, (W + G) * (N - 1) tokens for Lookahead decoding.
 struct GenerationStats {
     int64_t new_tokens = 0;     // tokens returned (end id included when one stopped generation)
     int64_t steps = 0;          // forward passes after prefill
     int64_t prompt_tokens = 0;  // prompt tokens run in prefill (after any reuse of the cache)
     double prefill_s = 0.0;     // wall time of the prefill forward pass
     double decode_s = 0.0;      // wall time of all steps after prefill
-    // accept_histogram[k] = number of steps that emitted k tokens (k = 1..N); index 0 unused.
+    // accept_histogram[k] = number of steps that emitted k tokens (k = 1..N; N = 1 for greedy);
+    // index 0 unused. Its size is N + 1 (2 for greedy).
     std::vector<int64_t> accept_histogram;
     int64_t accepted_from_prompt = 0;  // steps whose accepted n-gram was seeded from prompt/accepted text
     int64_t accepted_from_window = 0;  // steps whose accepted n-gram was harvested from the Jacobi window
-    int64_t pool_size = 0;             // n-grams in the pool at the end
-    std::vector<double> step_times_s;  // wall time of each step after prefill
+    int64_t pool_size = 0;             // n-grams in the pool at the end (0 for greedy)
+    std::vector<double> step_times_s;  // wall time of each step after prefill; size == steps
 
-    // Tokens emitted per forward pass after prefill (the compression ratio). The first
-    // new token comes from the prefill pass, so it is not counted.
+    // Tokens emitted per forward pass after prefill (the compression ratio; 1 for greedy). The
+    // first new token comes from the prefill pass, so it is not counted. 0 when steps == 0.
     double compression() const {
         return steps > 0 ? static_cast<double>(new_tokens - 1) / static_cast<double>(steps) : 0.0;
     }
 };
 
-// Output of one generate() call.
+// Output of one Session::generate() call.
 struct GenerationResult {
-    std::vector<TokenId> tokens;  // new tokens only, in order
+    std::vector<TokenId> tokens;  // new tokens only, in order (the prompt is not repeated)
     StopReason stop_reason = StopReason::kMaxNewTokens;
     GenerationStats stats;
 };
