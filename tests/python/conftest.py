@@ -50,3 +50,19 @@ def smollm2_dir() -> Path:
     from pylookahead.models import DEFAULT_MODEL, pull
 
     return pull(DEFAULT_MODEL, progress=False)
+
+
+@pytest.fixture(scope="module")
+def single_thread() -> Any:
+    """Run the module's engine and transformers calls on one intra-op thread (restored afterwards).
+
+    The CI machine has 2 cores shared with builds and other jobs; two OpenMP threads that lose their core spin
+    in barriers and slow a forward pass down 20-40x, while one thread runs at a steady speed. Sessions created
+    with num_threads=0 keep this setting.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
