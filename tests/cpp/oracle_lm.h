@@ -27,12 +27,14 @@ class OracleLm : public StepModel {
 
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                      std::vector<TokenId>* argmax) override {
+                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax) override {
         const int T = static_cast<int>(tokens.size());
         ++num_forward_;
         ASSERT_EQ(positions.size(), tokens.size());
         ASSERT_LE(kv_len_ + T, capacity_) << "step overflows the cache";
         ASSERT_TRUE(std::is_sorted(out_rows.begin(), out_rows.end()));
+        ASSERT_TRUE(std::is_sorted(exact_rows.begin(), exact_rows.end()));
+        for (int32_t r : exact_rows) ASSERT_LT(r, T);
         step_tokens_ = tokens;
         step_positions_ = positions;
         argmax->clear();

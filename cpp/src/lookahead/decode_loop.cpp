@@ -106,7 +106,7 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     std::vector<int32_t> positions(prompt_len);
     for (int64_t i = 0; i < prompt_len; ++i) positions[i] = static_cast<int32_t>(i);
     model.forward_step(request.prompt, positions, nullptr, {static_cast<int32_t>(prompt_len - 1)},
-                       &argmax);
+                       /*exact_rows=*/{}, &argmax);
     model.commit(positions);  // rows 0..L-1, which are also the positions
     stats.prefill_s = seconds_since(prefill_start);
     PYLA_CHECK(argmax.size() == 1, "prefill returned " << argmax.size() << " argmax rows");
@@ -125,7 +125,8 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
             const std::vector<TokenId>& tokens = algo->prepare(x);
             positions.resize(tokens.size());
             for (size_t i = 0; i < tokens.size(); ++i) positions[i] = p + layout.offsets[i];
-            model.forward_step(tokens, positions, layout.mask.data(), layout.out_rows, &argmax);
+            model.forward_step(tokens, positions, layout.mask.data(), layout.out_rows,
+                               layout.exact_rows, &argmax);
             const StepOutcome outcome = algo->update(argmax);
             kept = finish_step(outcome.emitted);
             model.commit(std::vector<int32_t>(outcome.commit_rows.begin(),
@@ -135,7 +136,7 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                                                           : stats.accepted_from_prompt);
             }
         } else {
-            model.forward_step({x}, {p}, nullptr, {0}, &argmax);
+            model.forward_step({x}, {p}, nullptr, {0}, /*exact_rows=*/{0}, &argmax);
             PYLA_CHECK(argmax.size() == 1, "greedy step returned " << argmax.size() << " rows");
             kept = finish_step({argmax[0]});
             model.commit({0});

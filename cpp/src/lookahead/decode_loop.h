@@ -28,10 +28,15 @@ class StepModel {
     // mask      [T * T]  row-major, mask[q * T + k] != 0 iff step row q may attend step row k;
     //                    nullptr means causal (row q sees rows 0..q)
     // out_rows  [R]      step rows whose argmax is wanted, ascending
+    // exact_rows [E]     step rows that may be committed or decide acceptance (the input token and
+    //                    the verification candidates), ascending. A model must compute these
+    //                    exactly as a one-row step at the same position would (bit for bit), so
+    //                    that lookahead output equals greedy output; other rows are free.
     // argmax    [R]      out: argmax over the vocabulary of each row in out_rows
     virtual void forward_step(const std::vector<TokenId>& tokens,
                               const std::vector<int32_t>& positions, const uint8_t* mask,
                               const std::vector<int32_t>& out_rows,
+                              const std::vector<int32_t>& exact_rows,
                               std::vector<TokenId>* argmax) = 0;
 
     // Keeps step rows src_rows[0..n) (ascending, src_rows[i] >= i) as committed rows

@@ -44,6 +44,8 @@ StepLayout build_step_layout(const StepBudget& b) {
     for (int j = 0; j < W; ++j) layout.out_rows.push_back(b.last_level_begin + j);
     layout.out_verify = static_cast<int>(layout.out_rows.size());
     for (int row = b.verify_begin; row < T; ++row) layout.out_rows.push_back(row);
+    layout.exact_rows.push_back(0);
+    for (int row = b.verify_begin; row < T; ++row) layout.exact_rows.push_back(row);
     return layout;
 }
 

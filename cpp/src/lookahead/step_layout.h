@@ -81,6 +81,8 @@ struct StepLayout {
     std::vector<int32_t> out_rows;  // [R] rows whose argmax is read, ascending
     int out_last_level = 0;         // index in out_rows of last-level column 0 (0 when N = 2)
     int out_verify = 0;             // index in out_rows of the first verification row
+    std::vector<int32_t> exact_rows;  // [1 + G(N-1)] row 0 and the verification rows: the rows
+                                      // that may be committed or decide acceptance
 };
 
 StepLayout build_step_layout(const StepBudget& budget);

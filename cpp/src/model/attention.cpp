@@ -76,7 +76,11 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
     const int64_t vs0 = values.stride(0), vs1 = values.stride(1);
 
     // One task = one query row x one KV head (its `group` query heads share every K/V load).
-    at::parallel_for(0, n_rows * hkv, 1, [&](int64_t begin, int64_t end) {
+    // Small steps run on the calling thread: a parallel region costs more than it saves there,
+    // and far more when another process holds a core.
+    const int64_t task_work = (kv_len + t) * d * group;
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(task_work, 1));
+    at::parallel_for(0, n_rows * hkv, grain, [&](int64_t begin, int64_t end) {
         std::vector<float> qf(group * d), buf(kBlock * d), acc(group * d), scores;
         std::vector<int64_t> slots;
         for (int64_t task = begin; task < end; ++task) {

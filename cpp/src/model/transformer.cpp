@@ -150,6 +150,18 @@ at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) 
     return weight * xf.to(dtype_);
 }
 
+at::Tensor Transformer::sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                              const std::optional<at::Tensor>& mask, bool is_causal) const {
+    // q [R, H, D]; keys, values [Hkv, S, D]; mask [R, S] bool -> [R, H, D] contiguous
+    const bool gqa = config_.num_attention_heads != config_.num_key_value_heads;
+    return at::scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys.unsqueeze(0),
+                                            values.unsqueeze(0), mask, /*dropout_p=*/0.0, is_causal,
+                                            /*scale=*/std::nullopt, /*enable_gqa=*/gqa)
+        .squeeze(0)
+        .transpose(0, 1)
+        .contiguous();
+}
+
 at::Tensor Transformer::apply_rope(const at::Tensor& x, const at::Tensor& cos,
                                    const at::Tensor& sin) {
     const int64_t half = x.size(-1) / 2;
@@ -192,6 +204,24 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
     }
 
     const bool use_exact = !exact.empty() && device_.is_cpu();
+    // Rows that SDPA computes when some rows are exact: the complement of `exact`, with their
+    // rows of the mask.
+    at::Tensor sdpa_rows;
+    std::optional<at::Tensor> sdpa_mask;
+    if (use_exact && exact.size() < static_cast<size_t>(t)) {
+        std::vector<int64_t> rest;
+        size_t e = 0;
+        for (int64_t r = 0; r < t; ++r) {
+            if (e < exact.size() && exact[e] == r) {
+                ++e;
+            } else {
+                rest.push_back(r);
+            }
+        }
+        sdpa_rows = at::tensor(rest, at::TensorOptions().dtype(at::kLong)).to(device_);
+        PYLA_CHECK(attn_mask.has_value(), "a partly exact step needs an explicit mask");
+        sdpa_mask = attn_mask->index_select(0, sdpa_rows);
+    }
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     at::Tensor x = at::embedding(embed_, tokens);  // [T, hidden]
     for (int i = 0; i < c.num_hidden_layers; ++i) {
@@ -206,17 +236,16 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         k = apply_rope(k, cos, sin);
         kv.write(i, kv_len, k, v);
         at::Tensor attn;  // [T, H, D]
-        if (use_exact && exact.size() == static_cast<size_t>(t)) {
+        if (!use_exact) {
+            attn = sdpa(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), attn_mask, is_causal);
+        } else if (sdpa_rows.defined()) {
+            // Rows outside `exact` (the lookahead window) need no bit-invariance: SDPA on them.
             attn = at::empty({t, h, d}, q.options());
+            at::Tensor part = sdpa(q.index_select(0, sdpa_rows), kv.keys(i, kv_len + t),
+                                   kv.values(i, kv_len + t), sdpa_mask, false);
+            attn.index_copy_(0, sdpa_rows, part);
         } else {
-            at::Tensor keys = kv.keys(i, kv_len + t).unsqueeze(0);  // [1, Hkv, S, D]
-            at::Tensor values = kv.values(i, kv_len + t).unsqueeze(0);
-            attn = at::scaled_dot_product_attention(
-                       q.transpose(0, 1).unsqueeze(0), keys, values, attn_mask, /*dropout_p=*/0.0,
-                       is_causal, /*scale=*/std::nullopt, /*enable_gqa=*/h != hkv)  // [1, H, T, D]
-                       .squeeze(0)
-                       .transpose(0, 1)
-                       .contiguous();
+            attn = at::empty({t, h, d}, q.options());
         }
         if (use_exact) {
             attention_rows(q, kv.keys(i, kv.capacity()), kv.values(i, kv.capacity()), kv_len,

@@ -54,6 +54,9 @@ class Transformer {
 
   private:
     at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+    // q [R, H, D], keys/values [Hkv, S, D], mask [R, S] bool or nullopt -> [R, H, D]
+    at::Tensor sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
+                    const std::optional<at::Tensor>& mask, bool is_causal) const;
     // x [T, heads, D]; cos, sin [T, 1, D] in dtype()
     static at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 

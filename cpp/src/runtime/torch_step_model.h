@@ -19,6 +19,7 @@ class TorchStepModel : public StepModel {
 
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
+                      const std::vector<int32_t>& exact_rows,
                       std::vector<TokenId>* argmax) override;
     void commit(const std::vector<int32_t>& src_rows) override;
     int kv_len() const override { return kv_len_; }
