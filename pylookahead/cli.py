@@ -1,4 +1,4 @@
-"""Command line: pylookahead pull | convert-gguf | generate | cmake-dir."""
+"""Command line: pylookahead pull | convert-gguf | generate | bench | cmake-dir."""
 
 from __future__ import annotations
 
@@ -100,6 +100,17 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_from_args
+    from .datasets import DatasetError
+
+    try:
+        return run_from_args(args)
+    except DatasetError as e:
+        print(f"pylookahead: error: {e}", file=sys.stderr)
+        return 2
+
+
 def cmd_cmake_dir(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -137,6 +148,15 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("gguf")
     c.add_argument("out_dir")
     c.set_defaults(func=cmd_convert)
+
+    b = sub.add_parser(
+        "bench",
+        help="benchmark greedy, lookahead and transformers side by side on MT-Bench / HumanEval / a jsonl",
+    )
+    from .bench import add_arguments as _bench_arguments
+
+    _bench_arguments(b)
+    b.set_defaults(func=cmd_bench)
 
     cm = sub.add_parser(
         "cmake-dir",
