@@ -34,6 +34,28 @@ struct LookaheadConfig {
     void validate() const;
 };
 
+// Automatic lookahead: pass it to Session::generate instead of a LookaheadConfig and the engine
+// chooses, and keeps re-choosing, between plain greedy steps and lookahead steps of some
+// (W, N, G). The output still equals greedy decoding token for token. The choice maximizes the
+// predicted tokens per second from (a) the Session's step-cost table (Session::calibrate,
+// measured on first use, refined by the measured step times) and (b) a model of accepted lengths
+// that the Session keeps updating from its own generations. Lookahead that ran slower than
+// greedy over the last window is dropped for greedy steps, and only re-tried (probed) later when
+// the model still predicts a gain. See docs/auto.md.
+struct AutoLookahead {
+    int replan_interval = 16;     // steps between re-plans (>= 1)
+    double min_gain = 0.05;       // lookahead only when its predicted tokens/s beats greedy's by
+                                  // this fraction (0 <= min_gain <= 10)
+    int max_tokens_per_step = 0;  // cap on (W + G) * (N - 1); 0 = the calibrated range (>= 0)
+    int probe_after = 64;         // greedy steps after a fallback before lookahead is tried again;
+                                  // doubles after each failed probe, up to 16x (>= 1)
+    int probe_steps = 8;          // lookahead steps a fresh config runs before it is judged (>= 1)
+    uint64_t seed = 0;            // seeds the random initial window of each lookahead config
+
+    // Throws ConfigError unless the ranges above hold.
+    void validate() const;
+};
+
 // Options of one Session::generate() call.
 struct GenerationConfig {
     int max_new_tokens = 128;              // stop after this many new tokens (>= 1)

@@ -18,6 +18,34 @@ enum class StopReason {
     kCallback,      // the on_tokens callback returned false
 };
 
+// One point of a Session's step-cost table (Session::calibrate): a decode forward pass of
+// `tokens` tokens (at about 128 cached rows) takes `seconds` of wall time.
+struct StepCost {
+    int tokens = 1;
+    double seconds = 0.0;
+};
+
+// A switch made by automatic lookahead (Session::generate with AutoLookahead): from step `step`
+// on, the steps run this configuration. The first decision of a generation has step 0.
+struct AutoDecision {
+    int64_t step = 0;               // index (0-based, after prefill) of the first step that runs it
+    int window_size = 0;            // W, N, G of the lookahead config; all 0 = plain greedy steps
+    int ngram_size = 0;
+    int verification_set_size = 0;
+    std::string reason;             // "plan": the model's choice; "fallback": lookahead ran slower
+                                    // than greedy; "probe": lookahead tried again after a fallback
+    double expected_tokens = 1.0;   // the model's tokens per step for it, when chosen
+    double predicted_speedup = 1.0; // its predicted tokens/s over greedy's, when chosen
+
+    bool greedy() const { return window_size == 0; }
+    // "greedy" or "W,N,G".
+    std::string label() const {
+        if (greedy()) return "greedy";
+        return std::to_string(window_size) + "," + std::to_string(ngram_size) + "," +
+               std::to_string(verification_set_size);
+    }
+};
+
 // Counters of one generate() call. A "step" is one forward pass after the prefill: one token for
 // greedy decoding, (W + G) * (N - 1) tokens for Lookahead decoding.
 struct GenerationStats {
@@ -27,12 +55,16 @@ struct GenerationStats {
     double prefill_s = 0.0;     // wall time of the prefill forward pass
     double decode_s = 0.0;      // wall time of all steps after prefill
     // accept_histogram[k] = number of steps that emitted k tokens (k = 1..N; N = 1 for greedy);
-    // index 0 unused. Its size is N + 1 (2 for greedy).
+    // index 0 unused. Its size is N + 1 (2 for greedy; for automatic lookahead, the largest N it
+    // may choose + 1).
     std::vector<int64_t> accept_histogram;
     int64_t accepted_from_prompt = 0;  // steps whose accepted n-gram was seeded from prompt/accepted text
     int64_t accepted_from_window = 0;  // steps whose accepted n-gram was harvested from the Jacobi window
     int64_t pool_size = 0;             // n-grams in the pool at the end (0 for greedy)
     std::vector<double> step_times_s;  // wall time of each step after prefill; size == steps
+    int64_t lookahead_steps = 0;       // steps that ran lookahead (the rest were greedy steps)
+    // Automatic lookahead only: each configuration switch, in step order (empty otherwise).
+    std::vector<AutoDecision> auto_decisions;
 
     // Tokens emitted per forward pass after prefill (the compression ratio; 1 for greedy). The
     // first new token comes from the prefill pass, so it is not counted. 0 when steps == 0.

@@ -40,6 +40,16 @@ void LookaheadConfig::validate() const {
     }
 }
 
+void AutoLookahead::validate() const {
+    check_range("replan_interval", replan_interval, 1, 1 << 20);
+    if (!(min_gain >= 0.0 && min_gain <= 10.0)) {
+        throw ConfigError("min_gain must be in [0, 10] (got " + std::to_string(min_gain) + ")");
+    }
+    check_range("max_tokens_per_step", max_tokens_per_step, 0, kMaxTokensPerStep);
+    check_range("probe_after", probe_after, 1, 1 << 20);
+    check_range("probe_steps", probe_steps, 1, 1 << 20);
+}
+
 void GenerationConfig::validate() const {
     if (max_new_tokens < 1) {
         throw ConfigError("max_new_tokens must be >= 1 (got " + std::to_string(max_new_tokens) +

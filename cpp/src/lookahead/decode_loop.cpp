@@ -6,16 +6,24 @@
 
 #include "check.h"
 #include "lookahead/lookahead_algorithm.h"
+#include "lookahead/step_layout.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+double steady_seconds() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
 
-double seconds_since(Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
+bool same_config(const std::optional<LookaheadConfig>& a, const std::optional<LookaheadConfig>& b) {
+    if (a.has_value() != b.has_value()) return false;
+    if (!a) return true;
+    return a->window_size == b->window_size && a->ngram_size == b->ngram_size &&
+           a->verification_set_size == b->verification_set_size && a->seed == b->seed &&
+           a->seed_from_prompt == b->seed_from_prompt;
 }
 
 void validate_request(const DecodeRequest& request) {
@@ -73,9 +81,17 @@ class Emitter {
 GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                             const std::function<bool(const std::vector<TokenId>&)>& on_tokens) {
     validate_request(request);
+    StepPolicy* const policy = request.policy;
+    PYLA_CHECK(!(policy && request.lookahead), "both a lookahead config and an automatic policy");
+    const std::function<double()> now = request.clock ? request.clock : steady_seconds;
     std::optional<LookaheadAlgorithm> algo;
-    if (request.lookahead) algo.emplace(*request.lookahead);
-    const int tokens_per_step = algo ? algo->budget().tokens_per_step : 1;
+    std::optional<LookaheadConfig> running;  // config of `algo` (nullopt: greedy steps)
+    if (request.lookahead) {
+        running = request.lookahead;
+        algo.emplace(*request.lookahead);
+    }
+    const int tokens_per_step = policy ? std::max(1, policy->max_tokens_per_step())
+                                       : (algo ? algo->budget().tokens_per_step : 1);
     const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
     const int64_t needed = prompt_len + request.max_new_tokens + tokens_per_step;
     if (needed > model.kv_capacity()) {
@@ -88,13 +104,15 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     GenerationResult result;
     GenerationStats& stats = result.stats;
     stats.prompt_tokens = prompt_len;
-    stats.accept_histogram.assign(algo ? algo->budget().max_accept + 1 : 2, 0);
+    const int max_n = policy ? policy->max_ngram_size() : (algo ? algo->budget().max_accept : 1);
+    stats.accept_histogram.assign(max_n + 1, 0);
     Emitter emitter(request, &result);
     std::vector<TokenId> argmax;
     // Emits a step's tokens, reports them, and returns how many were kept.
     auto finish_step = [&](const std::vector<TokenId>& tokens) {
         const int kept = emitter.emit(tokens);
         const std::vector<TokenId> chunk(result.tokens.end() - kept, result.tokens.end());
+        if (policy) policy->on_emitted(chunk.data(), kept);
         const bool go_on = !on_tokens || on_tokens(chunk);
         if (!go_on && !emitter.stopped()) emitter.stop(StopReason::kCallback);
         return kept;
@@ -102,24 +120,48 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
 
     // Prefill: the whole prompt, causal; its last row gives the first new token.
     model.reset();
-    const auto prefill_start = Clock::now();
+    if (policy) policy->start(request.prompt);
+    const double prefill_start = now();
     std::vector<int32_t> positions(prompt_len);
     for (int64_t i = 0; i < prompt_len; ++i) positions[i] = static_cast<int32_t>(i);
     model.forward_step(request.prompt, positions, nullptr, {static_cast<int32_t>(prompt_len - 1)},
                        /*exact_rows=*/{}, &argmax);
     model.commit(positions);  // rows 0..L-1, which are also the positions
-    stats.prefill_s = seconds_since(prefill_start);
+    stats.prefill_s = now() - prefill_start;
     PYLA_CHECK(argmax.size() == 1, "prefill returned " << argmax.size() << " argmax rows");
     TokenId x = argmax[0];
     finish_step({x});
     if (algo) algo->start(request.prompt, x);
 
-    const auto decode_start = Clock::now();
+    const double decode_start = now();
+    std::vector<TokenId> history;  // auto mode: prompt + emitted tokens but the last, on a switch
     while (!emitter.stopped()) {
-        const auto step_start = Clock::now();
+        const double step_start = now();
+        if (policy) {
+            std::optional<LookaheadConfig> want = policy->next_step(stats.steps);
+            if (want) want->validate();
+            if (!same_config(want, running) || (want && !algo)) {
+                // A new lookahead run starts from the whole history: its pool is seeded with
+                // every n-gram of prompt + emitted text, its window drawn from it.
+                running = want;
+                algo.reset();
+                if (running) {
+                    PYLA_CHECK(running->tokens_per_step() <= tokens_per_step,
+                               "policy asked for " << running->tokens_per_step()
+                                                   << " tokens per step, above its maximum "
+                                                   << tokens_per_step);
+                    algo.emplace(*running);
+                    history.assign(request.prompt.begin(), request.prompt.end());
+                    history.insert(history.end(), result.tokens.begin(), result.tokens.end() - 1);
+                    algo->start(history, x);
+                }
+            }
+        }
         const int32_t p = static_cast<int32_t>(prompt_len + result.tokens.size() - 1);  // of x
         PYLA_CHECK(model.kv_len() == p, "kv_len " << model.kv_len() << " != position " << p);
         int kept = 0;
+        StepReport report;
+        report.step = stats.steps;
         if (algo) {
             const StepLayout& layout = algo->layout();
             const std::vector<TokenId>& tokens = algo->prepare(x);
@@ -135,6 +177,11 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                 ++(outcome.source == NgramSource::kWindow ? stats.accepted_from_window
                                                           : stats.accepted_from_prompt);
             }
+            ++stats.lookahead_steps;
+            report.tokens_per_step = static_cast<int>(tokens.size());
+            report.num_candidates = outcome.num_candidates;
+            report.window_candidates = outcome.window_candidates;
+            report.window_matched = outcome.window_matched;
         } else {
             model.forward_step({x}, {p}, nullptr, {0}, /*exact_rows=*/{0}, &argmax);
             PYLA_CHECK(argmax.size() == 1, "greedy step returned " << argmax.size() << " rows");
@@ -144,12 +191,92 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
         x = result.tokens.back();
         ++stats.steps;
         ++stats.accept_histogram[kept];
-        stats.step_times_s.push_back(seconds_since(step_start));
+        const double step_s = now() - step_start;
+        stats.step_times_s.push_back(step_s);
+        if (policy) {
+            report.seconds = step_s;
+            report.tokens = kept;
+            policy->after_step(report);
+        }
     }
-    stats.decode_s = seconds_since(decode_start);
+    stats.decode_s = now() - decode_start;
     stats.new_tokens = static_cast<int64_t>(result.tokens.size());
     if (algo) stats.pool_size = algo->pool().size();
+    if (policy) stats.auto_decisions = policy->decisions();
     return result;
+}
+
+std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOptions& options) {
+    PYLA_CHECK(options.vocab_size >= 1 && options.repetitions >= 1 && options.max_tokens >= 1,
+               "bad calibration options");
+    const std::function<double()> now = options.clock ? options.clock : steady_seconds;
+    const int capacity = model.kv_capacity();
+    // One lookahead config per T: W = G, N = 3 (T = 4W) or N = 5 (T = 8W).
+    struct Point {
+        int tokens, w, n;
+    };
+    const Point points[] = {{1, 0, 0},  {4, 1, 3},  {8, 2, 3},    {16, 4, 3},
+                            {32, 4, 5}, {64, 8, 5}, {128, 16, 5}, {256, 32, 5}};
+    // The dummy context takes at most half the cache; the steps get the rest.
+    const int context = std::max(1, std::min(options.context_rows, capacity / 2));
+    const int max_tokens = std::min(options.max_tokens, capacity - context);
+    if (max_tokens < 1) throw ConfigError("the KV cache is too small to calibrate step costs");
+
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    auto dummy = [&]() {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return static_cast<TokenId>((state >> 33) % static_cast<uint64_t>(options.vocab_size));
+    };
+    std::vector<TokenId> tokens(context);
+    std::vector<int32_t> positions(context);
+    for (int i = 0; i < context; ++i) {
+        tokens[i] = dummy();
+        positions[i] = i;
+    }
+    std::vector<TokenId> argmax;
+    model.reset();
+    model.forward_step(tokens, positions, nullptr, {context - 1}, {}, &argmax);
+    model.commit(positions);
+
+    std::vector<StepCost> table;
+    for (const Point& pt : points) {
+        if (pt.tokens > max_tokens || context + pt.tokens > capacity) break;
+        if (pt.tokens > 64) {  // table holds 1 .. 64 here, in order
+            if (table.size() < 6 || table[5].seconds >= options.extend_below * table[0].seconds) break;
+        }
+        StepLayout layout;
+        if (pt.tokens > 1) {
+            LookaheadConfig c;
+            c.window_size = pt.w;
+            c.ngram_size = pt.n;
+            c.verification_set_size = pt.w;
+            layout = build_step_layout(step_budget(c));
+            PYLA_CHECK(layout.budget.tokens_per_step == pt.tokens, "calibration layout");
+        } else {
+            layout.offsets = {0};
+            layout.out_rows = {0};
+            layout.exact_rows = {0};
+        }
+        std::vector<TokenId> step_tokens(pt.tokens);
+        std::vector<int32_t> step_positions(pt.tokens);
+        for (int i = 0; i < pt.tokens; ++i) {
+            step_tokens[i] = dummy();
+            step_positions[i] = context + layout.offsets[i];
+        }
+        const uint8_t* mask = pt.tokens > 1 ? layout.mask.data() : nullptr;
+        std::vector<double> times;
+        for (int r = 0; r <= options.repetitions; ++r) {  // r = 0 warms up, untimed
+            const double t0 = now();
+            model.forward_step(step_tokens, step_positions, mask, layout.out_rows,
+                               layout.exact_rows, &argmax);
+            const double dt = now() - t0;
+            if (r > 0) times.push_back(dt);
+        }
+        std::sort(times.begin(), times.end());
+        table.push_back(StepCost{pt.tokens, std::max(times[times.size() / 2], 1e-9)});
+    }
+    model.reset();
+    return table;
 }
 
 }  // namespace pylookahead

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "lookahead/auto_planner.h"
 #include "pylookahead/config.h"
 #include "pylookahead/types.h"
 
@@ -57,6 +58,12 @@ struct DecodeRequest {
     int max_new_tokens = 128;                    // >= 1
     std::vector<TokenId> end_ids;                // generation stops after emitting any of these
     std::optional<LookaheadConfig> lookahead;    // nullopt = plain greedy (T = 1 per step)
+    // Automatic mode (lookahead must be nullopt): asked for the configuration of every step;
+    // not owned. The prompt + max_new_tokens + policy->max_tokens_per_step() must fit the cache.
+    StepPolicy* policy = nullptr;
+    // Monotonic seconds for the step timings; empty = std::chrono::steady_clock. Tests pass a
+    // simulated clock.
+    std::function<double()> clock;
 };
 
 // Runs prefill + decode on `model` (whose cache is reset first). Output equals greedy decoding
@@ -68,5 +75,23 @@ struct DecodeRequest {
 // LookaheadConfig, or if the prompt + max_new_tokens + one step's tokens exceed kv_capacity().
 GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                             const std::function<bool(const std::vector<TokenId>&)>& on_tokens);
+
+// Options of calibrate_step_costs.
+struct CalibrationOptions {
+    int vocab_size = 2;        // dummy token ids are drawn from [0, vocab_size)
+    int context_rows = 128;    // cached rows the timed steps attend to (at most half the cache)
+    int repetitions = 3;       // timed runs per point (after one untimed warm-up); the median is kept
+    int max_tokens = 256;      // largest T timed
+    // Points beyond 64 tokens are timed only while a step of 64 costs less than this many greedy
+    // steps (a device where wide steps are nearly free: more room for lookahead).
+    double extend_below = 2.5;
+    std::function<double()> clock;  // as DecodeRequest::clock
+};
+
+// Times decode steps of T = 1 (a greedy step) and T = 4, 8, 16, 32, 64 (then 128, 256 while
+// cheap; all <= max_tokens and within the cache), each the real layout of a lookahead config with
+// that T (W = G, N = 3 or 5), over a dummy context of context_rows cached rows. Resets the model
+// (its cache) before and after. Returns ascending points, the first for T = 1.
+std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOptions& options);
 
 }  // namespace pylookahead

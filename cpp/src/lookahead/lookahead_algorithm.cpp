@@ -74,6 +74,12 @@ StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax) {
         }
     }
     out.emitted = std::move(verdict.emitted);
+    out.num_candidates = num_candidates_;
+    for (int c = 0; c < num_candidates_; ++c) {
+        if (candidate_sources_[c] != NgramSource::kWindow) continue;
+        ++out.window_candidates;
+        out.window_matched = std::max(out.window_matched, verdict.matched[c]);
+    }
 
     window_.harvest(x, next_.data(), &pool_);
     window_.shift(next_.data());

@@ -34,6 +34,10 @@ struct StepOutcome {
     // [m + 1] step rows to commit, ascending: x, then the accepted candidate's first m rows. If
     // the caller keeps only the first e emitted tokens, it commits the first e rows.
     std::vector<int32_t> commit_rows;
+    // For the automatic planner's statistics:
+    int num_candidates = 0;     // real (unpadded) candidates verified this step
+    int window_candidates = 0;  // of them, harvested from the Jacobi window (NgramSource::kWindow)
+    int window_matched = 0;     // most leading tokens matched by one window candidate (0 if none)
 };
 
 // State of one generation. Not thread-safe; cheap to restart with start().

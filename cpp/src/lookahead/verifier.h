@@ -11,6 +11,7 @@ struct VerifyResult {
     int candidate = -1;            // accepted candidate, -1 when none matched (m = 0)
     int num_accepted = 0;          // m: leading tokens of it that greedy decoding produces
     std::vector<TokenId> emitted;  // [m + 1] the m accepted tokens, then the bonus token
+    std::vector<int> matched;      // [num_candidates] m_c of every candidate (statistics)
 };
 
 // t0 is the argmax at x. Candidate c matches its k-th token iff it equals t0 (k = 0) or the

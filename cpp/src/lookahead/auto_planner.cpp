@@ -1,0 +1,473 @@
+#include "lookahead/auto_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "check.h"
+#include "pylookahead/errors.h"
+
+namespace pylookahead {
+
+namespace {
+
+double median(std::vector<double> v) {
+    PYLA_CHECK(!v.empty(), "median of nothing");
+    const size_t mid = v.size() / 2;
+    std::nth_element(v.begin(), v.begin() + mid, v.end());
+    double m = v[mid];
+    if (v.size() % 2 == 0) {
+        m = 0.5 * (m + *std::max_element(v.begin(), v.begin() + mid));
+    }
+    return m;
+}
+
+void push_capped(std::deque<double>* q, double value, size_t keep) {
+    q->push_back(value);
+    while (q->size() > keep) q->pop_front();
+}
+
+bool same_config(const std::optional<LookaheadConfig>& a, const std::optional<LookaheadConfig>& b) {
+    if (a.has_value() != b.has_value()) return false;
+    if (!a) return true;
+    return a->window_size == b->window_size && a->ngram_size == b->ngram_size &&
+           a->verification_set_size == b->verification_set_size;
+}
+
+}  // namespace
+
+// ---- StepCostModel -----------------------------------------------------------------------------
+
+void StepCostModel::set_table(std::vector<StepCost> table) {
+    if (table.empty()) throw ConfigError("step cost table must not be empty");
+    std::sort(table.begin(), table.end(),
+              [](const StepCost& a, const StepCost& b) { return a.tokens < b.tokens; });
+    for (size_t i = 0; i < table.size(); ++i) {
+        const StepCost& c = table[i];
+        if (c.tokens < 1 || c.tokens > 4096) {
+            throw ConfigError("step cost tokens must be in [1, 4096] (got " +
+                              std::to_string(c.tokens) + ")");
+        }
+        if (!(c.seconds > 0.0) || !std::isfinite(c.seconds)) {
+            throw ConfigError("step cost seconds must be finite and > 0 (got " +
+                              std::to_string(c.seconds) + " for " + std::to_string(c.tokens) +
+                              " tokens)");
+        }
+        if (i > 0 && table[i - 1].tokens == c.tokens) {
+            throw ConfigError("step cost table lists " + std::to_string(c.tokens) +
+                              " tokens twice");
+        }
+    }
+    if (table.front().tokens != 1) {
+        throw ConfigError("step cost table must have an entry for 1 token (a greedy step); "
+                          "smallest given: " + std::to_string(table.front().tokens));
+    }
+    table_ = std::move(table);
+    clear_measurements();
+}
+
+double StepCostModel::table_seconds(int tokens) const {
+    PYLA_CHECK(!table_.empty(), "no step cost table");
+    const double floor = 0.01 * table_.front().seconds;
+    if (table_.size() == 1 || tokens <= table_.front().tokens) return table_.front().seconds;
+    size_t hi = 1;
+    while (hi + 1 < table_.size() && table_[hi].tokens < tokens) ++hi;
+    const StepCost& a = table_[hi - 1];
+    const StepCost& b = table_[hi];
+    const double slope = (b.seconds - a.seconds) / static_cast<double>(b.tokens - a.tokens);
+    return std::max(floor, a.seconds + slope * static_cast<double>(tokens - a.tokens));
+}
+
+void StepCostModel::observe(int tokens, double seconds) {
+    if (!(seconds > 0.0) || !std::isfinite(seconds)) return;
+    push_capped(&measured_[tokens], seconds, kKeep);
+    if (tokens == 1 && !table_.empty()) push_capped(&ratios_, seconds / table_seconds(1), kKeep);
+}
+
+int StepCostModel::samples(int tokens) const {
+    auto it = measured_.find(tokens);
+    return it == measured_.end() ? 0 : static_cast<int>(it->second.size());
+}
+
+double StepCostModel::drift() const {
+    if (ratios_.empty()) return 1.0;
+    return median(std::vector<double>(ratios_.begin(), ratios_.end()));
+}
+
+double StepCostModel::seconds(int tokens) const {
+    auto it = measured_.find(tokens);
+    if (it != measured_.end() && static_cast<int>(it->second.size()) >= kMinSamples) {
+        return median(std::vector<double>(it->second.begin(), it->second.end()));
+    }
+    return table_seconds(tokens) * drift();
+}
+
+void StepCostModel::clear_measurements() {
+    measured_.clear();
+    ratios_.clear();
+}
+
+// ---- Acceptance --------------------------------------------------------------------------------
+
+double expected_step_tokens(int gamma, double b_history, double alpha_history, double b_window,
+                            double alpha_window) {
+    double e = gamma + 1.0;
+    double ph = 1.0, pw = 1.0;  // alpha^i
+    for (int i = 1; i <= gamma; ++i) {
+        ph *= alpha_history;
+        pw *= alpha_window;
+        double miss = 1.0;
+        if (b_history > 0.0) miss *= std::pow(1.0 - ph, b_history);
+        if (b_window > 0.0) miss *= std::pow(1.0 - pw, b_window);
+        e -= miss;
+    }
+    return e;
+}
+
+void AlphaFit::observe(int b, int gamma, int matched, double weight) {
+    if (b <= 0 || gamma <= 0 || weight <= 0.0) return;
+    matched = std::clamp(matched, 0, gamma);
+    auto& bucket = buckets_[{b, gamma}];
+    bucket.first += weight;
+    bucket.second += weight * (matched + 1.0);
+    total_weight_ += weight;
+    if (total_weight_ > max_weight_) {  // older observations fade: keep the mean, cap the weight
+        const double scale = max_weight_ / total_weight_;
+        for (auto& kv : buckets_) {
+            kv.second.first *= scale;
+            kv.second.second *= scale;
+        }
+        total_weight_ = max_weight_;
+    }
+    cached_.reset();
+}
+
+double AlphaFit::alpha() const {
+    if (cached_) return *cached_;
+    double fitted = prior_alpha_;
+    if (total_weight_ > 0.0) {
+        auto excess = [&](double a) {  // model mean - observed mean, increasing in a
+            double d = 0.0;
+            for (const auto& kv : buckets_) {
+                const auto [b, gamma] = kv.first;
+                d += kv.second.first * expected_step_tokens(gamma, b, a, 0.0, 0.0) - kv.second.second;
+            }
+            return d;
+        };
+        if (excess(0.0) >= 0.0) {
+            fitted = 0.0;
+        } else if (excess(1.0) <= 0.0) {
+            fitted = 1.0;
+        } else {
+            double lo = 0.0, hi = 1.0;
+            for (int it = 0; it < 40; ++it) {
+                const double mid = 0.5 * (lo + hi);
+                (excess(mid) < 0.0 ? lo : hi) = mid;
+            }
+            fitted = 0.5 * (lo + hi);
+        }
+    }
+    const double a =
+        (prior_weight_ * prior_alpha_ + total_weight_ * fitted) / (prior_weight_ + total_weight_);
+    cached_ = a;
+    return a;
+}
+
+namespace {
+// Priors (pseudo-observations), used until the session's own text outweighs them.
+constexpr double kHistoryAlphaPrior = 0.3, kHistoryAlphaWeight = 8.0, kHistoryMaxWeight = 512.0;
+constexpr double kWindowAlphaPrior = 0.2, kWindowAlphaWeight = 8.0, kWindowMaxWeight = 256.0;
+constexpr double kKappaPrior = 0.5, kKappaWeight = 8.0, kKappaMaxUnits = 256.0;
+// History candidate counts: half the keys have none, the rest one or two.
+constexpr double kCountPrior[3] = {4.0, 2.0, 2.0};
+
+double window_units(int window_size) { return 1.0 + std::log2(static_cast<double>(window_size)); }
+}  // namespace
+
+AcceptanceModel::AcceptanceModel()
+    : history_alpha_(kHistoryAlphaPrior, kHistoryAlphaWeight, kHistoryMaxWeight),
+      window_alpha_(kWindowAlphaPrior, kWindowAlphaWeight, kWindowMaxWeight),
+      count_weight_(kMaxCount + 1, 0.0) {}
+
+void AcceptanceModel::observe_history(int count, int gamma, int matched, double weight) {
+    if (weight <= 0.0) return;
+    count = std::clamp(count, 0, kMaxCount);
+    count_weight_[count] += weight;
+    count_total_ += weight;
+    if (count_total_ > kHistoryMaxWeight) {
+        const double scale = kHistoryMaxWeight / count_total_;
+        for (double& w : count_weight_) w *= scale;
+        count_total_ = kHistoryMaxWeight;
+    }
+    if (count > 0) history_alpha_.observe(count, gamma, matched, weight);
+}
+
+void AcceptanceModel::observe_window(int window_size, int count, int gamma, int matched) {
+    window_count_sum_ += std::max(count, 0);
+    window_count_units_ += window_units(std::max(window_size, 1));
+    if (window_count_units_ > kKappaMaxUnits) {
+        const double scale = kKappaMaxUnits / window_count_units_;
+        window_count_sum_ *= scale;
+        window_count_units_ = kKappaMaxUnits;
+    }
+    if (count > 0) window_alpha_.observe(count, gamma, matched, 1.0);
+}
+
+double AcceptanceModel::history_hit_rate() const {
+    const double prior_total = kCountPrior[0] + kCountPrior[1] + kCountPrior[2];
+    const double none = kCountPrior[0] + count_weight_[0];
+    return 1.0 - none / (prior_total + count_total_);
+}
+
+double AcceptanceModel::window_candidates(int window_size) const {
+    const double kappa = (kKappaPrior * kKappaWeight + window_count_sum_) /
+                         (kKappaWeight + window_count_units_);
+    return kappa * window_units(window_size);
+}
+
+double AcceptanceModel::tokens_per_step(int window_size, int ngram_size,
+                                        int verification_set_size) const {
+    const int gamma = ngram_size - 1;
+    const double G = verification_set_size;
+    const double a_h = alpha_history();
+    const double a_w = alpha_window();
+    const double c_w = window_candidates(window_size);
+    const double prior_total = kCountPrior[0] + kCountPrior[1] + kCountPrior[2];
+    double s = 0.0;
+    for (int c = 0; c <= kMaxCount; ++c) {
+        double w = count_weight_[c] + (c < 3 ? kCountPrior[c] : 0.0);
+        if (w <= 0.0) continue;
+        const double b_h = std::min<double>(c, G);
+        const double b_w = std::min(c_w, G - b_h);  // the pool keeps G n-grams per key
+        s += w * expected_step_tokens(gamma, b_h, a_h, b_w, a_w);
+    }
+    return s / (prior_total + count_total_);
+}
+
+// ---- AutoPlanner -------------------------------------------------------------------------------
+
+namespace {
+constexpr double kRealizedPrior = 8.0;  // pseudo-steps of the model's value per config
+constexpr double kRealizedMax = 64.0;
+constexpr double kBiasPrior = 4.0;     // pseudo tokens of gain, realized as predicted
+constexpr double kBiasMaxGain = 256.0;  // predicted gain kept (older steps fade)
+}  // namespace
+
+const std::vector<LookaheadConfig>& AutoPlanner::candidate_configs() {
+    static const std::vector<LookaheadConfig> configs = [] {
+        std::vector<LookaheadConfig> out;
+        for (int w : {1, 2, 4, 8, 16}) {
+            for (int n = 3; n <= kMaxNgramSize; ++n) {
+                for (int g : {1, 2, 4, 8, 16}) {
+                    LookaheadConfig c;
+                    c.window_size = w;
+                    c.ngram_size = n;
+                    c.verification_set_size = g;
+                    c.seed_from_prompt = true;
+                    out.push_back(c);
+                }
+            }
+        }
+        // Smallest T first: among equal predictions the cheaper config wins.
+        std::stable_sort(out.begin(), out.end(), [](const LookaheadConfig& a, const LookaheadConfig& b) {
+            return a.tokens_per_step() < b.tokens_per_step();
+        });
+        return out;
+    }();
+    return configs;
+}
+
+void AutoPlanner::observe_lookahead_step(const LookaheadConfig& config, int tokens,
+                                         double predicted) {
+    auto& r = realized_[{config.window_size, config.ngram_size, config.verification_set_size}];
+    r.first += 1.0;
+    r.second += tokens;
+    if (r.first > kRealizedMax) {
+        r.second *= kRealizedMax / r.first;
+        r.first = kRealizedMax;
+    }
+    realized_gain_ += tokens - 1.0;
+    predicted_gain_ += std::max(predicted - 1.0, 0.0);
+    if (predicted_gain_ > kBiasMaxGain) {
+        realized_gain_ *= kBiasMaxGain / predicted_gain_;
+        predicted_gain_ = kBiasMaxGain;
+    }
+}
+
+double AutoPlanner::model_bias() const {
+    return (kBiasPrior + realized_gain_) / (kBiasPrior + predicted_gain_);
+}
+
+double AutoPlanner::model_tokens(const LookaheadConfig& config) const {
+    return acceptance_.tokens_per_step(config.window_size, config.ngram_size,
+                                       config.verification_set_size);
+}
+
+double AutoPlanner::expected_tokens(const LookaheadConfig& config) const {
+    const double model = std::min(1.0 + model_bias() * (model_tokens(config) - 1.0),
+                                  static_cast<double>(config.ngram_size));
+    auto it = realized_.find({config.window_size, config.ngram_size, config.verification_set_size});
+    if (it == realized_.end()) return model;
+    return (kRealizedPrior * model + it->second.second) / (kRealizedPrior + it->second.first);
+}
+
+PlanChoice AutoPlanner::evaluate(const std::optional<LookaheadConfig>& config) const {
+    PlanChoice c;
+    c.config = config;
+    const double greedy_s = costs_.seconds(1);
+    if (!config) {
+        c.expected_tokens = 1.0;
+        c.seconds_per_step = greedy_s;
+        c.speedup = 1.0;
+        return c;
+    }
+    c.expected_tokens = expected_tokens(*config);
+    c.seconds_per_step = costs_.seconds(config->tokens_per_step());
+    c.speedup = c.expected_tokens * greedy_s / c.seconds_per_step;
+    return c;
+}
+
+PlanChoice AutoPlanner::plan(int max_tokens, double min_gain) const {
+    PlanChoice best = evaluate(std::nullopt);
+    PlanChoice greedy = best;
+    for (const LookaheadConfig& config : candidate_configs()) {
+        if (config.tokens_per_step() > max_tokens) continue;
+        PlanChoice c = evaluate(config);
+        if (c.speedup > best.speedup) best = c;
+    }
+    return best.speedup >= 1.0 + min_gain ? best : greedy;
+}
+
+// ---- HistoryShadow -----------------------------------------------------------------------------
+
+HistoryShadow::HistoryShadow(int gamma) : gamma_(gamma), pool_(gamma, AcceptanceModel::kMaxCount) {}
+
+void HistoryShadow::start(const std::vector<TokenId>& prompt, AcceptanceModel* model,
+                          double prompt_weight) {
+    pool_.clear();
+    history_.clear();
+    pending_.clear();
+    for (TokenId t : prompt) push(t, model, prompt_weight);
+}
+
+void HistoryShadow::push(TokenId token, AcceptanceModel* model, double weight) {
+    history_.push_back(token);
+    const int64_t idx = static_cast<int64_t>(history_.size()) - 1;
+    // The n-gram that ends here goes in the pool first, as LookaheadAlgorithm seeds it.
+    if (idx >= gamma_) pool_.insert(history_[idx - gamma_], history_.data() + idx - gamma_ + 1,
+                                    NgramSource::kSeed);
+    // Lookups whose continuation is now known.
+    while (!pending_.empty() && pending_.front().index + gamma_ <= idx) {
+        const Pending& p = pending_.front();
+        int best = 0;
+        for (int c = 0; c < p.count; ++c) {
+            int m = 0;
+            while (m < gamma_ && p.tokens[c * gamma_ + m] == history_[p.index + 1 + m]) ++m;
+            best = std::max(best, m);
+        }
+        model->observe_history(p.count, gamma_, best, p.weight);
+        pending_.pop_front();
+    }
+    const NgramPool::Candidates cands = pool_.find(token);
+    pending_.push_back(Pending{idx, cands.count, weight,
+                               std::vector<TokenId>(cands.tokens, cands.tokens + cands.count * gamma_)});
+}
+
+// ---- AutoController ----------------------------------------------------------------------------
+
+AutoController::AutoController(AutoPlanner& planner, const AutoLookahead& options, int max_tokens)
+    : planner_(planner), options_(options), max_tokens_(max_tokens) {
+    PYLA_CHECK(planner_.costs().has_table(), "automatic lookahead without a step cost table");
+}
+
+void AutoController::start(const std::vector<TokenId>& prompt) {
+    shadow_.start(prompt, &planner_.acceptance(), kPromptWeight);
+}
+
+void AutoController::on_emitted(const TokenId* tokens, int n) {
+    for (int i = 0; i < n; ++i) shadow_.push(tokens[i], &planner_.acceptance());
+}
+
+void AutoController::switch_to(int64_t step, const PlanChoice& choice, const char* reason) {
+    current_ = choice.config;
+    if (current_) current_->seed = options_.seed;
+    current_model_tokens_ = current_ ? planner_.model_tokens(*current_) : 1.0;
+    AutoDecision d;
+    d.step = step;
+    if (current_) {
+        d.window_size = current_->window_size;
+        d.ngram_size = current_->ngram_size;
+        d.verification_set_size = current_->verification_set_size;
+    }
+    d.reason = reason;
+    d.expected_tokens = choice.expected_tokens;
+    d.predicted_speedup = choice.speedup;
+    decisions_.push_back(d);
+    steps_in_mode_ = 0;
+    steps_since_check_ = 0;
+    judge_after_ = options_.probe_steps;
+    window_tokens_ = 0.0;
+    window_seconds_ = 0.0;
+}
+
+std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
+    if (!started_) {
+        started_ = true;
+        switch_to(step, planner_.plan(max_tokens_, options_.min_gain), "plan");
+        return current_;
+    }
+    if (current_) {
+        if (steps_since_check_ < judge_after_) return current_;
+        // Judge the last window: realized tokens/s against greedy's (measured, or the table's).
+        const double greedy_rate = 1.0 / planner_.costs().seconds(1);
+        const bool slower = window_seconds_ > 0.0 && window_tokens_ / window_seconds_ < greedy_rate;
+        if (slower) {
+            backoff_ = static_cast<int64_t>(options_.probe_after) << std::min(failed_, 4);
+            ++failed_;
+            probing_ = false;
+            switch_to(step, planner_.evaluate(std::nullopt), "fallback");
+            return current_;
+        }
+        failed_ = 0;
+        probing_ = false;
+        const PlanChoice best = planner_.plan(max_tokens_, options_.min_gain);
+        if (!best.config) {
+            backoff_ = 0;
+            switch_to(step, best, "plan");
+        } else if (!same_config(best.config, current_) &&
+                   best.speedup > planner_.evaluate(current_).speedup * (1.0 + kSwitchMargin)) {
+            switch_to(step, best, "plan");
+        } else {
+            steps_since_check_ = 0;
+            judge_after_ = options_.replan_interval;
+            window_tokens_ = 0.0;
+            window_seconds_ = 0.0;
+        }
+        return current_;
+    }
+    // Greedy: re-plan every replan_interval steps, but not before the back-off after a fallback.
+    if (steps_since_check_ >= options_.replan_interval && steps_in_mode_ >= backoff_) {
+        steps_since_check_ = 0;
+        const PlanChoice best = planner_.plan(max_tokens_, options_.min_gain);
+        if (best.config) {
+            probing_ = backoff_ > 0;
+            switch_to(step, best, probing_ ? "probe" : "plan");
+        }
+    }
+    return current_;
+}
+
+void AutoController::after_step(const StepReport& r) {
+    ++steps_in_mode_;
+    ++steps_since_check_;
+    planner_.costs().observe(r.tokens_per_step, r.seconds);
+    if (current_) {
+        window_tokens_ += r.tokens;
+        window_seconds_ += r.seconds;
+        planner_.observe_lookahead_step(*current_, r.tokens, current_model_tokens_);
+        planner_.acceptance().observe_window(current_->window_size, r.window_candidates,
+                                             current_->ngram_size - 1, r.window_matched);
+    }
+}
+
+}  // namespace pylookahead

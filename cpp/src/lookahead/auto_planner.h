@@ -1,0 +1,271 @@
+// Automatic lookahead configuration, std-only (no model, no tensors): a cost model (seconds per
+// step against tokens per step), an acceptance model (expected tokens per lookahead step for any
+// (W, N, G), learned from the session's own text), the planner that combines them, and the
+// controller that the decode loop asks before every step. docs/auto.md explains the decisions.
+//
+//   StepCostModel     calibrated table, interpolated in T, corrected by measured step times
+//   AcceptanceModel   paper's E[#tokens] for b parallel speculations of length gamma, with the
+//                     per-token acceptance rates fitted to observed accepted lengths
+//   HistoryShadow     a free "prompt lookup" run alongside every generation: for each emitted
+//                     token, how many history n-grams the pool offers and how far the best one
+//                     matches; feeds AcceptanceModel without any forward pass
+//   AutoPlanner       owns the two models (kept per Session, so they learn across calls) and
+//                     picks the config with the best predicted tokens/s, or greedy
+//   AutoController    per generation: plan, switch, fall back to greedy, probe again
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "lookahead/ngram_pool.h"
+#include "pylookahead/config.h"
+#include "pylookahead/types.h"
+
+namespace pylookahead {
+
+// Seconds of one decode step against its tokens per step T.
+class StepCostModel {
+  public:
+    // `table`: ascending distinct tokens >= 1 (one entry must have tokens == 1), finite seconds
+    // > 0. Throws ConfigError otherwise. Clears the measurements.
+    void set_table(std::vector<StepCost> table);
+    const std::vector<StepCost>& table() const { return table_; }
+    bool has_table() const { return !table_.empty(); }
+    // Largest T in the table (0 without a table).
+    int max_tokens() const { return table_.empty() ? 0 : table_.back().tokens; }
+
+    // Table seconds at T: piecewise linear between points, linear extrapolation beyond the last
+    // two (never below 1% of the T = 1 cost). Requires has_table().
+    double table_seconds(int tokens) const;
+
+    // A measured step of T tokens.
+    void observe(int tokens, double seconds);
+    // Best estimate now: the median of the last measured steps of exactly T tokens when there
+    // are at least kMinSamples, else table_seconds(T) * drift(), where drift is the median
+    // measured / table ratio of the last greedy (T = 1) steps, 1 before any. So the table's
+    // shape holds until a T is measured, its scale follows the greedy steps, and a measured
+    // lookahead step is always compared with the greedy cost measured or calibrated, never with
+    // one rescaled from lookahead steps themselves.
+    double seconds(int tokens) const;
+    double drift() const;
+    int samples(int tokens) const;
+    void clear_measurements();
+
+    static constexpr int kMinSamples = 3;
+    static constexpr int kKeep = 32;
+
+  private:
+    std::vector<StepCost> table_;
+    std::map<int, std::deque<double>> measured_;  // T -> last kKeep step seconds
+    std::deque<double> ratios_;                   // last kKeep greedy measured / table_seconds(1)
+};
+
+// E[#tokens] of one lookahead step (spec 10.4): b parallel speculations of gamma tokens, each
+// token accepted with probability alpha given the previous ones, plus the bonus token:
+//   E = (gamma + 1) - sum_{i=1..gamma} (1 - alpha^i)^b.
+// Here the candidates come in two groups (history n-grams and Jacobi-window n-grams) with their
+// own rates: the product (1 - a_h^i)^b_h (1 - a_w^i)^b_w is the chance that none reaches depth i.
+// b may be fractional (an expected count). b = 0 or alpha = 0 gives 1.
+double expected_step_tokens(int gamma, double b_history, double alpha_history, double b_window,
+                            double alpha_window);
+
+// Fits alpha to observations (b, gamma, tokens = matched + 1) so that the model's mean equals
+// the observed mean; observations are weighted and the total weight is capped (older ones fade).
+class AlphaFit {
+  public:
+    AlphaFit(double prior_alpha, double prior_weight, double max_weight)
+        : prior_alpha_(prior_alpha), prior_weight_(prior_weight), max_weight_(max_weight) {}
+    void observe(int b, int gamma, int matched, double weight);
+    // Fitted alpha blended with the prior: (w0 * a0 + W * a_fit) / (w0 + W).
+    double alpha() const;
+    double weight() const { return total_weight_; }
+
+  private:
+    double prior_alpha_, prior_weight_, max_weight_;
+    std::map<std::pair<int, int>, std::pair<double, double>> buckets_;  // (b, gamma) -> (w, w*tokens)
+    double total_weight_ = 0.0;
+    mutable std::optional<double> cached_;
+};
+
+// What the session's text says about acceptance. See docs/auto.md, "The acceptance model".
+class AcceptanceModel {
+  public:
+    static constexpr int kMaxCount = 16;  // history candidate counts are capped here (max G)
+
+    AcceptanceModel();
+    // One position of the history shadow: the pool offered `count` history n-grams for the key
+    // (0 allowed) and the best one matched `matched` of its `gamma` tokens.
+    void observe_history(int count, int gamma, int matched, double weight = 1.0);
+    // One lookahead step with window size W: `count` of the verified candidates came from the
+    // Jacobi window, and the best of them matched `matched` of gamma tokens.
+    void observe_window(int window_size, int count, int gamma, int matched);
+
+    double alpha_history() const { return history_alpha_.alpha(); }
+    double alpha_window() const { return window_alpha_.alpha(); }
+    // P(the history pool offers at least one candidate for the key).
+    double history_hit_rate() const;
+    // Expected window candidates for the key with window size W: kappa * (1 + log2 W).
+    double window_candidates(int window_size) const;
+    // Expected tokens per lookahead step (the compression S) of (W, N, G).
+    double tokens_per_step(int window_size, int ngram_size, int verification_set_size) const;
+    double history_weight() const { return history_alpha_.weight(); }
+
+  private:
+    AlphaFit history_alpha_;
+    AlphaFit window_alpha_;
+    std::vector<double> count_weight_;  // [kMaxCount + 1] history candidate count histogram
+    double count_total_ = 0.0;
+    double window_count_sum_ = 0.0;     // sum of observed window candidates
+    double window_count_units_ = 0.0;   // sum of (1 + log2 W) over those steps
+};
+
+// One evaluated choice.
+struct PlanChoice {
+    std::optional<LookaheadConfig> config;  // nullopt: greedy steps
+    double expected_tokens = 1.0;           // per step
+    double seconds_per_step = 0.0;
+    double speedup = 1.0;                   // predicted tokens/s over greedy's
+};
+
+// The models of one Session plus the choice among a fixed set of configs.
+class AutoPlanner {
+  public:
+    AutoPlanner() = default;
+
+    // W in {1, 2, 4, 8, 16} x N in {3, 4, 5, 6} x G in {1, 2, 4, 8, 16}, seed_from_prompt on.
+    static const std::vector<LookaheadConfig>& candidate_configs();
+    static constexpr int kMaxNgramSize = 6;  // largest N of candidate_configs()
+
+    StepCostModel& costs() { return costs_; }
+    const StepCostModel& costs() const { return costs_; }
+    AcceptanceModel& acceptance() { return acceptance_; }
+    const AcceptanceModel& acceptance() const { return acceptance_; }
+
+    // A finished lookahead step of `config` that emitted `tokens` tokens, where the acceptance
+    // model had predicted `predicted` tokens per step for it (when it was chosen).
+    void observe_lookahead_step(const LookaheadConfig& config, int tokens, double predicted);
+    // The acceptance model's tokens per step for `config`, before any correction.
+    double model_tokens(const LookaheadConfig& config) const;
+    // Expected tokens per step of `config`: 1 + rho * (model - 1) (at most N), where rho =
+    // realized / predicted gain over all lookahead steps so far (the model's bias, 1 a priori),
+    // then blended with what
+    // this very config achieved when it ran (a running mean with a pseudo-count of that value).
+    double expected_tokens(const LookaheadConfig& config) const;
+    double model_bias() const;
+    // Predicted figures of `config` (nullopt = greedy). Requires costs().has_table().
+    PlanChoice evaluate(const std::optional<LookaheadConfig>& config) const;
+    // The candidate with T <= max_tokens and the best predicted tokens/s; greedy when that is
+    // not at least (1 + min_gain) x greedy's. Requires costs().has_table().
+    PlanChoice plan(int max_tokens, double min_gain) const;
+
+  private:
+    StepCostModel costs_;
+    AcceptanceModel acceptance_;
+    std::map<std::tuple<int, int, int>, std::pair<double, double>> realized_;  // (W,N,G) -> (n, sum)
+    double realized_gain_ = 0.0;   // sum over lookahead steps of (tokens - 1)
+    double predicted_gain_ = 0.0;  // sum over them of (model's tokens per step - 1)
+};
+
+// The "prompt lookup" that the history part of the pool would do, run on the side for free. It
+// keeps its own pool of every n-gram (gamma + 1 tokens) of the prompt and emitted text, at most
+// kMaxCount per key; for each new token it notes the candidates for it as a key and, gamma
+// tokens later, how far the best of them matched, into an AcceptanceModel.
+class HistoryShadow {
+  public:
+    explicit HistoryShadow(int gamma = AutoPlanner::kMaxNgramSize - 1);
+    // Starts a generation: pushes the prompt with weight `prompt_weight` per observation.
+    void start(const std::vector<TokenId>& prompt, AcceptanceModel* model, double prompt_weight);
+    // One emitted token (weight 1).
+    void push(TokenId token, AcceptanceModel* model) { push(token, model, 1.0); }
+
+  private:
+    void push(TokenId token, AcceptanceModel* model, double weight);
+    struct Pending {
+        int64_t index;                  // history index of the key
+        int count;                      // candidates offered
+        double weight;
+        std::vector<TokenId> tokens;    // [count * gamma]
+    };
+    int gamma_;
+    NgramPool pool_;
+    std::vector<TokenId> history_;
+    std::deque<Pending> pending_;
+};
+
+// What the decode loop reports after each step to a StepPolicy.
+struct StepReport {
+    int64_t step = 0;
+    double seconds = 0.0;        // wall time of the step
+    int tokens = 1;              // tokens it emitted (kept, after any stop)
+    int tokens_per_step = 1;     // T of its forward pass
+    int num_candidates = 0;      // lookahead: candidates verified
+    int window_candidates = 0;   // lookahead: of them from the Jacobi window
+    int window_matched = 0;      // lookahead: best match of a window candidate
+};
+
+// Chooses the configuration of every step of one generation (the decode loop's auto mode). The
+// loop calls start() after prefill, then for every step next_step() and after_step(), and
+// on_emitted() for every emitted token (the prefill's first included).
+class StepPolicy {
+  public:
+    virtual ~StepPolicy() = default;
+    // Most tokens per step it may ask for (the loop checks the KV room for it).
+    virtual int max_tokens_per_step() const = 0;
+    // Largest N it may ask for (sizes the accept histogram).
+    virtual int max_ngram_size() const = 0;
+    virtual void start(const std::vector<TokenId>& prompt) = 0;
+    virtual void on_emitted(const TokenId* tokens, int n) = 0;
+    // The configuration of step `step` (nullopt = a greedy step). When it differs from the
+    // previous step's, the loop restarts lookahead from the history (prompt + emitted tokens).
+    virtual std::optional<LookaheadConfig> next_step(int64_t step) = 0;
+    virtual void after_step(const StepReport& report) = 0;
+    // The switches made, for GenerationStats::auto_decisions.
+    virtual std::vector<AutoDecision> decisions() const = 0;
+};
+
+// The automatic policy of one generation over a Session's AutoPlanner: plan, switch, fall back
+// to greedy when lookahead runs slower than greedy, probe again later. See docs/auto.md.
+class AutoController : public StepPolicy {
+  public:
+    // `max_tokens`: the most tokens per step allowed (calibrated range, option cap, KV room).
+    AutoController(AutoPlanner& planner, const AutoLookahead& options, int max_tokens);
+
+    int max_tokens_per_step() const override { return max_tokens_; }
+    int max_ngram_size() const override { return AutoPlanner::kMaxNgramSize; }
+    void start(const std::vector<TokenId>& prompt) override;
+    void on_emitted(const TokenId* tokens, int n) override;
+    std::optional<LookaheadConfig> next_step(int64_t step) override;
+    void after_step(const StepReport& report) override;
+    std::vector<AutoDecision> decisions() const override { return decisions_; }
+
+    // Weight of each prompt position in the acceptance statistics (generated tokens weigh 1).
+    static constexpr double kPromptWeight = 0.25;
+    // A lookahead config replaces the running one only if predicted this much faster.
+    static constexpr double kSwitchMargin = 0.10;
+
+  private:
+    void switch_to(int64_t step, const PlanChoice& choice, const char* reason);
+
+    AutoPlanner& planner_;
+    AutoLookahead options_;
+    int max_tokens_;
+    HistoryShadow shadow_;
+    std::optional<LookaheadConfig> current_;
+    double current_model_tokens_ = 1.0;  // the acceptance model's value for it, when chosen
+    std::vector<AutoDecision> decisions_;
+    bool started_ = false;
+    int64_t steps_in_mode_ = 0;      // steps since the last switch
+    int64_t steps_since_check_ = 0;  // steps since the last plan / judgement
+    int64_t judge_after_ = 0;        // lookahead: steps before the next judgement
+    double window_tokens_ = 0.0;     // lookahead tokens and seconds since the last judgement
+    double window_seconds_ = 0.0;
+    int64_t backoff_ = 0;            // greedy steps to wait after a fallback (0 = none)
+    int failed_ = 0;                 // consecutive lookahead runs judged slower than greedy
+    bool probing_ = false;           // the current lookahead run follows a fallback
+};
+
+}  // namespace pylookahead

@@ -1,0 +1,328 @@
+// The automatic lookahead planner (lookahead/auto_planner.h): the expected-tokens formula, the
+// acceptance fit, the cost table, the choice of a config and the controller's switching rules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "lookahead/auto_planner.h"
+#include "pylookahead/errors.h"
+
+namespace pylookahead {
+namespace {
+
+std::vector<StepCost> table_of(double greedy, double (*per_token)(int)) {
+    std::vector<StepCost> t;
+    for (int T : {1, 4, 8, 16, 32, 64}) t.push_back({T, greedy * per_token(T)});
+    return t;
+}
+double flat(int) { return 1.0; }                                        // wide steps are free
+double linear(int T) { return static_cast<double>(T); }                 // cost(T) = T * cost(1)
+double mild(int T) { return 1.0 + 0.02 * T; }                           // a memory-bound device
+
+// History observations of text whose n-grams always recur: `count` candidates, best matches all.
+void feed_history(AcceptanceModel* m, int n, int count, int gamma, int matched) {
+    for (int i = 0; i < n; ++i) m->observe_history(count, gamma, matched);
+}
+
+TEST(ExpectedStepTokens, Limits) {
+    for (int gamma = 1; gamma <= 6; ++gamma) {
+        EXPECT_DOUBLE_EQ(expected_step_tokens(gamma, 3, 0.0, 0, 0.0), 1.0);
+        EXPECT_DOUBLE_EQ(expected_step_tokens(gamma, 3, 1.0, 0, 0.0), gamma + 1.0);
+        EXPECT_DOUBLE_EQ(expected_step_tokens(gamma, 0, 0.9, 0, 0.9), 1.0);  // no candidates
+        // b = 1: the speculative decoding formula (1 - a^(gamma+1)) / (1 - a).
+        for (double a : {0.1, 0.5, 0.8}) {
+            EXPECT_NEAR(expected_step_tokens(gamma, 1, a, 0, 0.0),
+                        (1 - std::pow(a, gamma + 1)) / (1 - a), 1e-12);
+        }
+    }
+    // Two groups with the same rate are one group of b_h + b_w.
+    EXPECT_NEAR(expected_step_tokens(4, 2, 0.4, 3, 0.4), expected_step_tokens(4, 5, 0.4, 0, 0.0),
+                1e-12);
+}
+
+TEST(ExpectedStepTokens, Monotonic) {
+    for (int gamma = 1; gamma <= 5; ++gamma) {
+        double prev_a = 0.0;
+        for (double a = 0.05; a <= 1.0; a += 0.05) {
+            const double e = expected_step_tokens(gamma, 2, a, 0, 0.0);
+            EXPECT_GE(e, prev_a);
+            prev_a = e;
+            EXPECT_LE(e, expected_step_tokens(gamma, 4, a, 0, 0.0));      // more candidates
+            EXPECT_LE(e, expected_step_tokens(gamma + 1, 2, a, 0, 0.0));  // longer ones
+        }
+    }
+}
+
+TEST(AlphaFit, RecoversTheRateOfSimulatedCandidates) {
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<double> u(0, 1);
+    for (double alpha : {0.2, 0.5, 0.8}) {
+        AlphaFit fit(0.3, 8.0, 1e9);
+        for (int i = 0; i < 4000; ++i) {
+            const int b = 1 + i % 4, gamma = 2 + i % 3;
+            int best = 0;
+            for (int c = 0; c < b; ++c) {
+                int m = 0;
+                while (m < gamma && u(rng) < alpha) ++m;
+                best = std::max(best, m);
+            }
+            fit.observe(b, gamma, best, 1.0);
+        }
+        EXPECT_NEAR(fit.alpha(), alpha, 0.03) << alpha;
+    }
+}
+
+TEST(AlphaFit, PriorThenDataAndCappedWeight) {
+    AlphaFit fit(0.3, 8.0, 64.0);
+    EXPECT_DOUBLE_EQ(fit.alpha(), 0.3);
+    for (int i = 0; i < 1000; ++i) fit.observe(2, 3, 0, 1.0);  // nothing ever matches
+    EXPECT_DOUBLE_EQ(fit.weight(), 64.0);
+    EXPECT_NEAR(fit.alpha(), 0.3 * 8 / 72, 1e-9);
+    for (int i = 0; i < 1000; ++i) fit.observe(2, 3, 3, 1.0);  // now everything does: old fades
+    EXPECT_GT(fit.alpha(), 0.85);
+}
+
+TEST(StepCostModel, InterpolatesExtrapolatesAndValidates) {
+    StepCostModel m;
+    m.set_table({{8, 3.0}, {1, 1.0}, {4, 2.0}});  // sorted on entry
+    EXPECT_EQ(m.max_tokens(), 8);
+    EXPECT_DOUBLE_EQ(m.table_seconds(1), 1.0);
+    EXPECT_NEAR(m.table_seconds(2), 1.0 + 1.0 / 3, 1e-12);
+    EXPECT_DOUBLE_EQ(m.table_seconds(6), 2.5);
+    EXPECT_DOUBLE_EQ(m.table_seconds(12), 4.0);  // slope of the last segment
+    EXPECT_DOUBLE_EQ(m.seconds(4), 2.0);
+    EXPECT_THROW(m.set_table({}), ConfigError);
+    EXPECT_THROW(m.set_table({{2, 1.0}}), ConfigError);               // no greedy point
+    EXPECT_THROW(m.set_table({{1, 1.0}, {1, 2.0}}), ConfigError);     // duplicate
+    EXPECT_THROW(m.set_table({{1, 0.0}}), ConfigError);               // not > 0
+    EXPECT_THROW(m.set_table({{1, NAN}}), ConfigError);
+}
+
+TEST(StepCostModel, MeasuredStepsOverrideAndGreedyScalesTheRest) {
+    StepCostModel m;
+    m.set_table({{1, 1.0}, {16, 2.0}, {64, 4.0}});
+    m.observe(16, 9.0);
+    m.observe(16, 9.0);
+    EXPECT_DOUBLE_EQ(m.seconds(16), 2.0);  // two samples are not enough
+    m.observe(16, 9.0);
+    EXPECT_DOUBLE_EQ(m.seconds(16), 9.0);
+    EXPECT_DOUBLE_EQ(m.seconds(64), 4.0);  // lookahead measurements do not rescale the table
+    EXPECT_DOUBLE_EQ(m.drift(), 1.0);
+    for (int i = 0; i < 5; ++i) m.observe(1, 0.5);  // greedy steps run twice as fast
+    EXPECT_DOUBLE_EQ(m.drift(), 0.5);
+    EXPECT_DOUBLE_EQ(m.seconds(1), 0.5);
+    EXPECT_DOUBLE_EQ(m.seconds(64), 2.0);
+    EXPECT_DOUBLE_EQ(m.seconds(16), 9.0);
+}
+
+TEST(AutoPlanner, CheapWideStepsAndHighAcceptancePickLookahead) {
+    AutoPlanner p;
+    p.costs().set_table(table_of(0.01, flat));
+    feed_history(&p.acceptance(), 400, 4, 5, 5);
+    EXPECT_GT(p.acceptance().alpha_history(), 0.9);
+    EXPECT_GT(p.acceptance().history_hit_rate(), 0.9);
+    const PlanChoice c = p.plan(64, 0.05);
+    ASSERT_TRUE(c.config.has_value());
+    EXPECT_NO_THROW(c.config->validate());
+    EXPECT_LE(c.config->tokens_per_step(), 64);
+    EXPECT_GE(c.config->ngram_size, 5);  // long n-grams pay when everything matches
+    EXPECT_GT(c.expected_tokens, 3.0);
+    EXPECT_GT(c.speedup, 3.0);
+}
+
+TEST(AutoPlanner, ExpensiveWideStepsPickGreedy) {
+    AutoPlanner p;
+    p.costs().set_table(table_of(0.01, linear));
+    feed_history(&p.acceptance(), 400, 4, 5, 5);  // even when every candidate matches
+    const PlanChoice c = p.plan(64, 0.05);
+    EXPECT_FALSE(c.config.has_value());
+    EXPECT_DOUBLE_EQ(c.speedup, 1.0);
+}
+
+TEST(AutoPlanner, NoRepetitionPicksGreedyOnAModestDevice) {
+    AutoPlanner p;
+    p.costs().set_table(table_of(0.01, mild));
+    feed_history(&p.acceptance(), 400, 0, 5, 0);  // no key ever has a candidate
+    for (int i = 0; i < 200; ++i) p.acceptance().observe_window(4, 1, 3, 0);  // window guesses fail
+    EXPECT_FALSE(p.plan(64, 0.05).config.has_value());
+}
+
+TEST(AutoPlanner, CapsAndMargin) {
+    AutoPlanner p;
+    p.costs().set_table(table_of(0.01, flat));
+    feed_history(&p.acceptance(), 400, 4, 5, 5);
+    for (int cap : {3, 4, 8, 12, 20, 40}) {
+        const PlanChoice c = p.plan(cap, 0.05);
+        if (cap < 4) {
+            EXPECT_FALSE(c.config.has_value());
+        } else {
+            ASSERT_TRUE(c.config.has_value());
+            EXPECT_LE(c.config->tokens_per_step(), cap);
+        }
+    }
+    const PlanChoice best = p.plan(64, 0.0);
+    ASSERT_TRUE(best.config.has_value());
+    EXPECT_FALSE(p.plan(64, best.speedup).config.has_value());  // the margin is not reached
+}
+
+TEST(AutoPlanner, BestSpeedupIsMonotonic) {
+    // More room (T cap), better acceptance or cheaper wide steps never lower the best speedup.
+    double prev = 0.0;
+    for (int cap : {4, 8, 16, 32, 64}) {
+        AutoPlanner p;
+        p.costs().set_table(table_of(0.01, mild));
+        feed_history(&p.acceptance(), 200, 3, 5, 2);
+        const double s = p.plan(cap, 0.0).speedup;
+        EXPECT_GE(s, prev - 1e-12);
+        prev = s;
+    }
+    prev = 0.0;
+    for (int matched = 0; matched <= 5; ++matched) {
+        AutoPlanner p;
+        p.costs().set_table(table_of(0.01, mild));
+        feed_history(&p.acceptance(), 300, 2, 5, matched);
+        const double s = p.plan(64, 0.0).speedup;
+        EXPECT_GE(s, prev - 1e-12) << matched;
+        prev = s;
+    }
+    prev = 1e9;
+    for (double slope : {0.0, 0.01, 0.05, 0.2, 1.0}) {
+        AutoPlanner p;
+        std::vector<StepCost> t;
+        for (int T : {1, 4, 8, 16, 32, 64}) t.push_back({T, 0.01 * (1 + slope * (T - 1))});
+        p.costs().set_table(t);
+        feed_history(&p.acceptance(), 300, 2, 5, 3);
+        const double s = p.plan(64, 0.0).speedup;
+        EXPECT_LE(s, prev + 1e-12) << slope;
+        prev = s;
+    }
+}
+
+TEST(AutoPlanner, RealizedTokensCorrectTheModel) {
+    AutoPlanner p;
+    p.costs().set_table(table_of(0.01, flat));
+    feed_history(&p.acceptance(), 400, 4, 5, 5);
+    LookaheadConfig c;
+    c.window_size = 1;
+    c.ngram_size = 6;
+    c.verification_set_size = 1;
+    const double model = p.expected_tokens(c);
+    EXPECT_DOUBLE_EQ(model, p.model_tokens(c));
+    EXPECT_DOUBLE_EQ(p.model_bias(), 1.0);
+    LookaheadConfig other = c;
+    other.ngram_size = 4;
+    const double other_model = p.expected_tokens(other);
+    for (int i = 0; i < 100; ++i) p.observe_lookahead_step(c, 1, model);
+    EXPECT_LT(p.expected_tokens(c), 1.0 + (model - 1.0) * 0.2);
+    // A model that over-predicted is trusted less for the other configs too.
+    EXPECT_LT(p.model_bias(), 0.1);
+    EXPECT_LT(p.expected_tokens(other), 1.0 + (other_model - 1.0) * 0.1);
+}
+
+TEST(HistoryShadow, PeriodicTextIsPredictableRandomTextIsNot) {
+    std::vector<TokenId> periodic, random_text;
+    for (int i = 0; i < 300; ++i) periodic.push_back(10 + i % 7);
+    std::mt19937 rng(5);
+    for (int i = 0; i < 300; ++i) random_text.push_back(static_cast<TokenId>(rng() % 100000));
+
+    AcceptanceModel a;
+    HistoryShadow s;
+    s.start({periodic.begin(), periodic.begin() + 20}, &a, 0.25);
+    for (size_t i = 20; i < periodic.size(); ++i) s.push(periodic[i], &a);
+    EXPECT_GT(a.history_hit_rate(), 0.9);
+    EXPECT_GT(a.alpha_history(), 0.9);
+
+    AcceptanceModel b;
+    HistoryShadow r;
+    r.start({random_text.begin(), random_text.begin() + 20}, &b, 0.25);
+    for (size_t i = 20; i < random_text.size(); ++i) r.push(random_text[i], &b);
+    EXPECT_LT(b.history_hit_rate(), 0.1);
+}
+
+// The controller fed with simulated steps.
+struct Sim {
+    AutoPlanner planner;
+    AutoLookahead options;
+    std::unique_ptr<AutoController> ctl;
+    int64_t step = 0;
+
+    explicit Sim(double (*per_token)(int)) {
+        planner.costs().set_table(table_of(1.0, per_token));
+        options.replan_interval = 16;
+        options.probe_after = 64;
+        options.probe_steps = 8;
+        std::vector<TokenId> prompt;
+        for (int i = 0; i < 200; ++i) prompt.push_back(10 + i % 7);
+        ctl = std::make_unique<AutoController>(planner, options, 64);
+        ctl->start(prompt);  // periodic prompt: high predicted acceptance
+    }
+    // Runs one step whose lookahead steps take `la_seconds` and emit `la_tokens`; greedy steps 1 s.
+    std::optional<LookaheadConfig> run(double la_seconds, int la_tokens) {
+        std::optional<LookaheadConfig> c = ctl->next_step(step);
+        StepReport r;
+        r.step = step++;
+        r.tokens_per_step = c ? c->tokens_per_step() : 1;
+        r.seconds = c ? la_seconds : 1.0;
+        r.tokens = c ? la_tokens : 1;
+        ctl->after_step(r);
+        return c;
+    }
+};
+
+TEST(AutoController, PlansLookaheadKeepsItWhileItPays) {
+    Sim sim(flat);
+    for (int i = 0; i < 200; ++i) ASSERT_TRUE(sim.run(1.0, 3).has_value()) << i;
+    const auto& d = sim.ctl->decisions();
+    ASSERT_GE(d.size(), 1u);
+    EXPECT_EQ(d[0].step, 0);
+    EXPECT_EQ(d[0].reason, "plan");
+    EXPECT_FALSE(d[0].greedy());
+    EXPECT_GT(d[0].predicted_speedup, 1.05);
+    for (const AutoDecision& x : d) EXPECT_FALSE(x.greedy());
+}
+
+TEST(AutoController, FallsBackWhenSlowerThanGreedyAndProbesWithBackoff) {
+    Sim sim(flat);
+    // Lookahead steps really take 3 s for 2 tokens: slower than a 1 s greedy step.
+    int64_t first_greedy = -1;
+    for (int i = 0; i < 40; ++i) {
+        if (!sim.run(3.0, 2) && first_greedy < 0) first_greedy = i;
+    }
+    EXPECT_EQ(first_greedy, 8);  // judged after probe_steps
+    const auto& d = sim.ctl->decisions();
+    ASSERT_EQ(d.size(), 2u);
+    EXPECT_EQ(d[1].reason, "fallback");
+    EXPECT_TRUE(d[1].greedy());
+    EXPECT_EQ(d[1].step, 8);
+    // Greedy for at least probe_after steps, then a probe if the model still predicts a gain.
+    std::vector<int64_t> lookahead_steps;
+    for (int i = 0; i < 600; ++i) {
+        const int64_t s = sim.step;
+        if (sim.run(3.0, 2)) lookahead_steps.push_back(s);
+    }
+    std::vector<AutoDecision> probes, fallbacks;
+    for (const AutoDecision& x : sim.ctl->decisions()) {
+        if (x.reason == "probe") probes.push_back(x);
+        if (x.reason == "fallback") fallbacks.push_back(x);
+    }
+    ASSERT_GE(probes.size(), 1u);
+    EXPECT_GE(probes[0].step, d[1].step + 64);
+    // Each failed probe doubles the wait: few lookahead steps overall.
+    for (size_t i = 1; i < probes.size() && i < fallbacks.size(); ++i) {
+        EXPECT_GE(probes[i].step - fallbacks[i].step, 64 << std::min<int>(i, 4));
+    }
+    EXPECT_LT(lookahead_steps.size(), 60u);
+}
+
+TEST(AutoController, ExpensiveTableStaysGreedy) {
+    Sim sim(linear);
+    for (int i = 0; i < 300; ++i) EXPECT_FALSE(sim.run(1.0, 1).has_value());
+    ASSERT_EQ(sim.ctl->decisions().size(), 1u);
+    EXPECT_TRUE(sim.ctl->decisions()[0].greedy());
+    EXPECT_EQ(sim.ctl->decisions()[0].reason, "plan");
+}
+
+}  // namespace
+}  // namespace pylookahead
