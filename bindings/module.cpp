@@ -75,6 +75,38 @@ void bind_config(py::module_& m) {
                    ", verification_set_size=" + std::to_string(c.verification_set_size) + ")";
         });
 
+    py::class_<AutoLookahead>(m, "AutoLookahead",
+                              "Automatic lookahead: the engine picks greedy or (W, N, G) steps itself.")
+        .def(py::init([](int replan_interval, double min_gain, int max_tokens_per_step,
+                         int probe_after, int probe_steps, uint64_t seed) {
+                 AutoLookahead a;
+                 a.replan_interval = replan_interval;
+                 a.min_gain = min_gain;
+                 a.max_tokens_per_step = max_tokens_per_step;
+                 a.probe_after = probe_after;
+                 a.probe_steps = probe_steps;
+                 a.seed = seed;
+                 a.validate();
+                 return a;
+             }),
+             py::kw_only(), py::arg("replan_interval") = AutoLookahead().replan_interval,
+             py::arg("min_gain") = AutoLookahead().min_gain,
+             py::arg("max_tokens_per_step") = AutoLookahead().max_tokens_per_step,
+             py::arg("probe_after") = AutoLookahead().probe_after,
+             py::arg("probe_steps") = AutoLookahead().probe_steps, py::arg("seed") = 0)
+        .def_readwrite("replan_interval", &AutoLookahead::replan_interval)
+        .def_readwrite("min_gain", &AutoLookahead::min_gain)
+        .def_readwrite("max_tokens_per_step", &AutoLookahead::max_tokens_per_step)
+        .def_readwrite("probe_after", &AutoLookahead::probe_after)
+        .def_readwrite("probe_steps", &AutoLookahead::probe_steps)
+        .def_readwrite("seed", &AutoLookahead::seed)
+        .def("validate", &AutoLookahead::validate)
+        .def("__repr__", [](const AutoLookahead& a) {
+            return "AutoLookahead(replan_interval=" + std::to_string(a.replan_interval) +
+                   ", min_gain=" + std::to_string(a.min_gain) +
+                   ", max_tokens_per_step=" + std::to_string(a.max_tokens_per_step) + ")";
+        });
+
     py::class_<GenerationConfig>(m, "GenerationConfig")
         .def(py::init<>())
         .def_readwrite("max_new_tokens", &GenerationConfig::max_new_tokens)
@@ -96,6 +128,33 @@ void bind_config(py::module_& m) {
 }
 
 void bind_results(py::module_& m) {
+    py::class_<AutoDecision>(m, "AutoDecision",
+                             "A switch of automatic lookahead: from `step` on, run `label`.")
+        .def_readonly("step", &AutoDecision::step)
+        .def_readonly("window_size", &AutoDecision::window_size)
+        .def_readonly("ngram_size", &AutoDecision::ngram_size)
+        .def_readonly("verification_set_size", &AutoDecision::verification_set_size)
+        .def_readonly("reason", &AutoDecision::reason)
+        .def_readonly("expected_tokens", &AutoDecision::expected_tokens)
+        .def_readonly("predicted_speedup", &AutoDecision::predicted_speedup)
+        .def_property_readonly("greedy", &AutoDecision::greedy)
+        .def_property_readonly("label", &AutoDecision::label)
+        .def_property_readonly("config",
+                               [](const AutoDecision& d) -> std::optional<LookaheadConfig> {
+                                   if (d.greedy()) return std::nullopt;
+                                   LookaheadConfig c;
+                                   c.window_size = d.window_size;
+                                   c.ngram_size = d.ngram_size;
+                                   c.verification_set_size = d.verification_set_size;
+                                   return c;
+                               })
+        .def("__iter__",  // unpacks as (step, label)
+             [](const AutoDecision& d) { return py::iter(py::make_tuple(d.step, d.label())); })
+        .def("__repr__", [](const AutoDecision& d) {
+            return "AutoDecision(step=" + std::to_string(d.step) + ", " + d.label() + ", " +
+                   d.reason + ")";
+        });
+
     py::class_<GenerationStats>(m, "GenerationStats")
         .def_readonly("new_tokens", &GenerationStats::new_tokens)
         .def_readonly("steps", &GenerationStats::steps)
@@ -107,6 +166,8 @@ void bind_results(py::module_& m) {
         .def_readonly("accepted_from_window", &GenerationStats::accepted_from_window)
         .def_readonly("pool_size", &GenerationStats::pool_size)
         .def_readonly("step_times_s", &GenerationStats::step_times_s)
+        .def_readonly("lookahead_steps", &GenerationStats::lookahead_steps)
+        .def_readonly("auto_decisions", &GenerationStats::auto_decisions)
         .def_property_readonly("compression", &GenerationStats::compression);
 
     py::class_<GenerationResult>(m, "GenerationResult")
@@ -147,7 +208,24 @@ void bind_session(py::module_& m) {
         .def(
             "generate",
             [](Session& s, const std::vector<TokenId>& prompt, const GenerationConfig& gen,
-               const std::optional<LookaheadConfig>& lookahead, py::object on_tokens) {
+               py::object lookahead, py::object on_tokens) {
+                // lookahead: None (greedy), a LookaheadConfig, an AutoLookahead or "auto".
+                std::optional<LookaheadConfig> fixed;
+                std::optional<AutoLookahead> automatic;
+                if (py::isinstance<py::str>(lookahead)) {
+                    if (lookahead.cast<std::string>() != "auto") {
+                        throw ConfigError("lookahead must be None, 'auto', a LookaheadConfig or an "
+                                          "AutoLookahead (got '" + lookahead.cast<std::string>() + "')");
+                    }
+                    automatic = AutoLookahead();
+                } else if (py::isinstance<AutoLookahead>(lookahead)) {
+                    automatic = lookahead.cast<AutoLookahead>();
+                } else if (py::isinstance<LookaheadConfig>(lookahead)) {
+                    fixed = lookahead.cast<LookaheadConfig>();
+                } else if (!lookahead.is_none()) {
+                    throw ConfigError("lookahead must be None, 'auto', a LookaheadConfig or an "
+                                      "AutoLookahead (got " + std::string(py::repr(lookahead)) + ")");
+                }
                 OnTokens cb;
                 if (!on_tokens.is_none()) {
                     // Runs on the calling thread with the GIL re-acquired for the Python call.
@@ -161,7 +239,8 @@ void bind_session(py::module_& m) {
                     };
                 }
                 py::gil_scoped_release nogil;
-                return s.generate(prompt, gen, lookahead, cb);
+                if (automatic) return s.generate(prompt, gen, *automatic, cb);
+                return s.generate(prompt, gen, fixed, cb);
             },
             py::arg("prompt"), py::arg("config") = GenerationConfig(),
             py::arg("lookahead") = py::none(), py::arg("on_tokens") = py::none())
@@ -178,6 +257,33 @@ void bind_session(py::module_& m) {
                  return out;
              },
              py::arg("prompt"))
+        .def(
+            "calibrate",
+            [](Session& s) {
+                std::vector<StepCost> t;
+                {
+                    py::gil_scoped_release nogil;
+                    t = s.calibrate();
+                }
+                std::vector<std::pair<int, double>> out;
+                for (const StepCost& c : t) out.emplace_back(c.tokens, c.seconds);
+                return out;
+            },
+            "Measures the step-cost table once per session; returns [(tokens, seconds), ...].")
+        .def(
+            "set_step_costs",
+            [](Session& s, const std::vector<std::pair<int, double>>& costs) {
+                std::vector<StepCost> t;
+                for (const auto& [tokens, seconds] : costs) t.push_back(StepCost{tokens, seconds});
+                s.set_step_costs(t);
+            },
+            py::arg("costs"))
+        .def("step_costs",
+             [](const Session& s) {
+                 std::vector<std::pair<int, double>> out;
+                 for (const StepCost& c : s.step_costs()) out.emplace_back(c.tokens, c.seconds);
+                 return out;
+             })
         .def_property_readonly("kv_capacity", &Session::kv_capacity);
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch  # noqa: F401
 
 from ._core import (  # noqa: E402
+    AutoLookahead,
     EngineConfig,
     GenerationConfig,
     LookaheadConfig,
@@ -16,6 +17,7 @@ from ._core import (  # noqa: E402
 from .session import GenerationOutput, Model, Session  # noqa: E402
 
 __all__ = [
+    "AutoLookahead",
     "EngineConfig",
     "GenerationConfig",
     "GenerationOutput",

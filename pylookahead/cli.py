@@ -14,6 +14,11 @@ def _lookahead_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-G", "--verification-set-size", type=int, default=None, help="candidates G")
     g.add_argument("--greedy", action="store_true", help="plain greedy decoding (no lookahead)")
     g.add_argument(
+        "--auto",
+        action="store_true",
+        help="automatic lookahead (the default unless -W/-N/-G or --greedy is given)",
+    )
+    g.add_argument(
         "--compare-greedy",
         action="store_true",
         help="also run plain greedy, check the outputs are identical, print both speeds",
@@ -21,10 +26,16 @@ def _lookahead_args(p: argparse.ArgumentParser) -> None:
 
 
 def _make_lookahead(args: argparse.Namespace):
+    """None (--greedy), a LookaheadConfig (any of -W/-N/-G) or "auto" (the default, --auto)."""
     from . import LookaheadConfig
 
+    fixed = any(v is not None for v in (args.window_size, args.ngram_size, args.verification_set_size))
+    if getattr(args, "auto", False) and (args.greedy or fixed):
+        raise ValueError("--auto cannot be combined with --greedy or -W/-N/-G")
     if args.greedy:
         return None
+    if not fixed:
+        return "auto"
     cfg = LookaheadConfig()
     if args.window_size is not None:
         cfg.window_size = args.window_size
@@ -66,8 +77,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     out = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=lookahead)
     print(out.text)
     print(f"(model loaded in {load_s:.1f} s)", file=sys.stderr)
-    label = "greedy" if lookahead is None else f"lookahead {lookahead}"
+    label = "greedy" if lookahead is None else "auto" if lookahead == "auto" else f"lookahead {lookahead}"
     print(_summary(label, out))
+    if lookahead == "auto":
+        steps = " ".join(f"{d.step}:{d.label}" for d in out.stats.auto_decisions)
+        print(
+            f"auto: {out.stats.lookahead_steps} of {out.stats.steps} steps ran lookahead; "
+            f"from step:config {steps}"
+        )
     if args.compare_greedy and lookahead is not None:
         ref = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=None)
         print(_summary("greedy", ref))
@@ -129,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="pylookahead", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("generate", help="generate text (lookahead by default)")
+    g = sub.add_parser("generate", help="generate text (automatic lookahead by default)")
     g.add_argument("--model", default="smollm2-135m-instruct", help="catalogue name or checkpoint dir")
     g.add_argument("--prompt", required=True)
     g.add_argument("--max-new-tokens", type=int, default=128)

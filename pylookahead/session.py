@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence, Union
+from typing import Callable, Mapping, Sequence, Union
 
 from . import _core
 
 Prompt = Union[str, Sequence[int]]
+Lookahead = Union[None, str, _core.LookaheadConfig, _core.AutoLookahead]
 
 
 @dataclass(frozen=True)
@@ -111,17 +112,26 @@ class Session:
         self,
         prompt: Prompt,
         max_new_tokens: int = 128,
-        lookahead: _core.LookaheadConfig | None = None,
+        lookahead: Lookahead = None,
         stop_token_ids: Sequence[int] = (),
         on_tokens: Callable[[list[int]], bool | None] | None = None,
     ) -> GenerationOutput:
         """Greedy decoding of `prompt` (a string or token ids).
 
         With `lookahead` (a `LookaheadConfig`) the output is the same, token for token, in fewer
-        forward passes. `on_tokens(ids)` is called after each step; returning False stops.
+        forward passes. With `lookahead="auto"` (or an `AutoLookahead` with its options) the
+        engine picks greedy or lookahead steps and their (W, N, G) itself, from this session's
+        step-cost table (see `calibrate`) and the acceptance it observes; the output is still
+        greedy's, and `stats.auto_decisions` lists the switches (step, "greedy" or "W,N,G").
+        `on_tokens(ids)` is called after each step; returning False stops.
         """
-        if lookahead is not None and not isinstance(lookahead, _core.LookaheadConfig):
-            raise ValueError(f"lookahead must be None or a LookaheadConfig (got {lookahead!r})")
+        if (isinstance(lookahead, str) and lookahead != "auto") or not isinstance(
+            lookahead, (type(None), str, _core.LookaheadConfig, _core.AutoLookahead)
+        ):
+            raise ValueError(
+                "lookahead must be None, 'auto', a LookaheadConfig or an AutoLookahead "
+                f"(got {lookahead!r})"
+            )
         ids = self.encode(prompt)
         config = _core.GenerationConfig()
         config.max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1)
@@ -129,6 +139,30 @@ class Session:
         result = self._session.generate(ids, config, lookahead, on_tokens)
         tokens = list(result.tokens)
         return GenerationOutput(tokens, self.decode(tokens), result.stats, result.stop_reason)
+
+    def calibrate(
+        self, costs: Mapping[int, float] | Sequence[tuple[int, float]] | None = None
+    ) -> list[tuple[int, float]]:
+        """The step-cost table of automatic lookahead: [(tokens per step, seconds), ...].
+
+        Without `costs`, measures it on the first call (about 30 forward passes of 1..64 tokens,
+        or up to 256 when wide steps are cheap) and returns the cached table afterwards. With
+        `costs` ({tokens: seconds} or (tokens, seconds) pairs; one entry for 1 token), uses that
+        table instead, e.g. one saved from an earlier session or a synthetic one for tests.
+        """
+        if costs is not None:
+            pairs = costs.items() if isinstance(costs, Mapping) else costs
+            table = []
+            for item in pairs:
+                tokens, seconds = item
+                table.append((_check_int("costs tokens", tokens, 1), float(seconds)))
+            self._session.set_step_costs(table)
+            return self.step_costs()
+        return [(int(t), float(s)) for t, s in self._session.calibrate()]
+
+    def step_costs(self) -> list[tuple[int, float]]:
+        """The current step-cost table ([] before `calibrate` or a first `lookahead="auto"`)."""
+        return [(int(t), float(s)) for t, s in self._session.step_costs()]
 
     def prompt_logits(self, prompt: Prompt):
         """Logits [L, V] (float32 numpy) of every prompt position, from one prefill pass."""

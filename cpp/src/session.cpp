@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "io/model_config.h"
+#include "lookahead/auto_planner.h"
 #include "model/transformer.h"
 #include "runtime/torch_step_model.h"
 
@@ -102,6 +103,7 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
 struct Session::Impl {
     std::shared_ptr<const Model> model;
     TorchStepModel step_model;
+    AutoPlanner planner;  // step costs and acceptance statistics of automatic lookahead
 
     Impl(std::shared_ptr<const Model> m, const Transformer& transformer, int capacity)
         : model(std::move(m)), step_model(transformer, capacity) {}
@@ -150,12 +152,9 @@ static void check_prompt(const std::vector<TokenId>& prompt, int vocab_size) {
     }
 }
 
-GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
-                                   const std::optional<LookaheadConfig>& lookahead,
-                                   const OnTokens& on_tokens) {
+static DecodeRequest make_request(const ModelInfo& info, const std::vector<TokenId>& prompt,
+                                  const GenerationConfig& gen) {
     gen.validate();
-    if (lookahead) lookahead->validate();
-    const ModelInfo& info = impl_->model->info();
     check_prompt(prompt, info.vocab_size);
     for (TokenId id : gen.stop_token_ids) {
         if (id < 0 || id >= info.vocab_size) {
@@ -168,10 +167,55 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     req.max_new_tokens = gen.max_new_tokens;
     if (gen.use_model_end_ids) req.end_ids = info.eos_token_ids;
     req.end_ids.insert(req.end_ids.end(), gen.stop_token_ids.begin(), gen.stop_token_ids.end());
+    return req;
+}
+
+GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
+                                   const std::optional<LookaheadConfig>& lookahead,
+                                   const OnTokens& on_tokens) {
+    gen.validate();
+    if (lookahead) lookahead->validate();
+    DecodeRequest req = make_request(impl_->model->info(), prompt, gen);
     req.lookahead = lookahead;
     at::InferenceMode guard;
     return run_decode(impl_->step_model, req, on_tokens);
 }
+
+GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
+                                   const AutoLookahead& lookahead, const OnTokens& on_tokens) {
+    gen.validate();
+    lookahead.validate();
+    DecodeRequest req = make_request(impl_->model->info(), prompt, gen);
+    calibrate();
+    // Tokens per step: within the calibrated range, the option's cap and the KV room left
+    // after prompt + max_new_tokens (at least 1: a greedy step, which run_decode checks).
+    int max_tokens = impl_->planner.costs().max_tokens();
+    if (lookahead.max_tokens_per_step > 0) max_tokens = std::min(max_tokens, lookahead.max_tokens_per_step);
+    const int64_t room = static_cast<int64_t>(kv_capacity()) - static_cast<int64_t>(prompt.size()) -
+                         gen.max_new_tokens;
+    max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
+    AutoController controller(impl_->planner, lookahead, max_tokens);
+    req.policy = &controller;
+    at::InferenceMode guard;
+    return run_decode(impl_->step_model, req, on_tokens);
+}
+
+std::vector<StepCost> Session::calibrate() {
+    if (!impl_->planner.costs().has_table()) {
+        CalibrationOptions options;
+        options.vocab_size = impl_->model->info().vocab_size;
+        at::InferenceMode guard;
+        std::vector<StepCost> table = calibrate_step_costs(impl_->step_model, options);
+        impl_->planner.costs().set_table(std::move(table));
+    }
+    return impl_->planner.costs().table();
+}
+
+void Session::set_step_costs(const std::vector<StepCost>& costs) {
+    impl_->planner.costs().set_table(costs);
+}
+
+std::vector<StepCost> Session::step_costs() const { return impl_->planner.costs().table(); }
 
 std::vector<float> Session::prompt_logits(const std::vector<TokenId>& prompt) {
     check_prompt(prompt, impl_->model->info().vocab_size);

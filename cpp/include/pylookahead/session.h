@@ -109,6 +109,30 @@ class Session {
                               const std::optional<LookaheadConfig>& lookahead = std::nullopt,
                               const OnTokens& on_tokens = nullptr);
 
+    // Automatic lookahead: like the call above, but the engine picks, step by step, greedy steps
+    // or lookahead steps of some (W, N, G) (see AutoLookahead and docs/auto.md). The output is
+    // still greedy decoding's, token for token; GenerationStats::auto_decisions lists the
+    // switches. The first such call on a Session runs calibrate() unless a table was set. What
+    // the planner learns about this Session's text and step times carries over to later calls.
+    // Throws as the call above (the KV room needed is prompt + max_new_tokens + 1: the tokens
+    // per step are capped to what fits), or ConfigError for bad AutoLookahead fields.
+    GenerationResult generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
+                              const AutoLookahead& lookahead, const OnTokens& on_tokens = nullptr);
+
+    // Measures, once per Session, the wall time of one decode forward pass against its tokens
+    // (T = 1, 4, 8, 16, 32, 64, and 128, 256 while a step of 64 costs under 2.5 greedy steps),
+    // each the median of 3 runs after a warm-up, over 128 dummy cached rows (fewer in a small
+    // cache); then resets the cache. Returns the table (ascending T, the first T = 1); later
+    // calls return it without measuring. Takes roughly 30 forward passes.
+    std::vector<StepCost> calibrate();
+    // Replaces the table (e.g. one measured earlier, or a synthetic one for tests) and forgets
+    // the step times measured so far. Throws ConfigError unless every tokens is in [1, 4096] and
+    // distinct, one of them is 1, and every seconds is finite and > 0. Automatic lookahead then
+    // never runs steps wider than the table's largest T.
+    void set_step_costs(const std::vector<StepCost>& costs);
+    // The current table; empty before calibrate() / set_step_costs().
+    std::vector<StepCost> step_costs() const;
+
     // Logits of every prompt position, run as one prefill from an empty cache: [L * V] row-major
     // fp32 (row i predicts token i+1). For parity checks and scoring; resets the cache.
     // Throws ConfigError on an empty prompt, ids outside [0, vocab_size), or a prompt longer

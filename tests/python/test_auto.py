@@ -1,0 +1,185 @@
+"""Automatic lookahead (`lookahead="auto"`): greedy output always, a valid config when it runs lookahead,
+and greedy steps only when told (through an injected step-cost table) that wide forward passes are expensive.
+
+The tiny random Llama (float32) runs everything that needs no download; the real SmolLM2 tests are marked slow.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pylookahead import AutoLookahead, LookaheadConfig, Session
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+# Word ids of the tiny tokenizer: a phrase repeated, so the prompt's n-grams recur.
+REPETITIVE = [1] + [24, 30, 31, 27, 24, 32] * 8
+MIXED = [1, 24, 30, 31, 27, 24, 32, 28, 24, 29, 31, 27, 40, 41, 24, 30]
+
+# Seconds per step against tokens per step: flat (a wide pass is as cheap as a greedy one), linear (a pass
+# of T tokens costs T greedy passes: lookahead can never win, as a step emits at most N <= T tokens).
+CHEAP = {1: 1.0, 4: 1.0, 8: 1.0, 16: 1.0, 32: 1.0, 64: 1.0}
+EXPENSIVE = {t: float(t) for t in CHEAP}
+
+
+def _config_of(decision) -> LookaheadConfig:
+    cfg = decision.config
+    assert cfg is not None
+    cfg.validate()
+    return cfg
+
+
+@pytest.fixture()
+def session(tiny_llama: Path) -> Session:
+    return Session(tiny_llama)  # a fresh one per test: the planner learns across calls
+
+
+def test_auto_equals_greedy_on_tiny_model(session: Session) -> None:
+    for prompt in (REPETITIVE, MIXED, [1]):
+        ref = session.generate(prompt, max_new_tokens=60)
+        out = session.generate(prompt, max_new_tokens=60, lookahead="auto")
+        assert out.token_ids == ref.token_ids
+        assert out.stop_reason == ref.stop_reason
+        s = out.stats
+        assert s.steps == sum(s.accept_histogram)
+        assert s.new_tokens == 1 + sum(k * n for k, n in enumerate(s.accept_histogram))
+        assert 0 <= s.lookahead_steps <= s.steps
+        assert s.auto_decisions and s.auto_decisions[0].step == 0
+        assert [d.step for d in s.auto_decisions] == sorted(d.step for d in s.auto_decisions)
+    assert session.step_costs()  # the first auto call calibrated
+    assert ref.stats.auto_decisions == [] and ref.stats.lookahead_steps == 0
+
+
+def test_calibration_table_is_measured_once_and_readable(session: Session) -> None:
+    assert session.step_costs() == []
+    table = session.calibrate()
+    tokens = [t for t, _ in table]
+    assert tokens[0] == 1 and tokens == sorted(set(tokens)) and 4 in tokens
+    assert all(s > 0 for _, s in table)
+    assert session.calibrate() == table  # cached
+    assert session.step_costs() == table
+
+
+def test_expensive_wide_steps_fall_back_to_greedy(session: Session) -> None:
+    assert session.calibrate(costs=EXPENSIVE) == sorted(EXPENSIVE.items())
+    ref = session.generate(REPETITIVE, max_new_tokens=80)
+    out = session.generate(REPETITIVE, max_new_tokens=80, lookahead="auto")
+    assert out.token_ids == ref.token_ids
+    assert out.stats.lookahead_steps == 0
+    assert [tuple(d) for d in out.stats.auto_decisions] == [(0, "greedy")]
+    assert out.stats.steps == len(out.token_ids) - 1
+    assert len(out.stats.accept_histogram) == 7 and out.stats.accept_histogram[2:] == [0] * 5
+
+
+def test_cheap_wide_steps_on_repetitive_prompt_use_lookahead(session: Session) -> None:
+    session.calibrate(costs=list(CHEAP.items()))
+    ref = session.generate(REPETITIVE, max_new_tokens=80)
+    out = session.generate(REPETITIVE, max_new_tokens=80, lookahead="auto")
+    assert out.token_ids == ref.token_ids
+    decisions = out.stats.auto_decisions
+    assert not decisions[0].greedy and decisions[0].reason == "plan"
+    assert decisions[0].predicted_speedup > 1.05
+    assert out.stats.lookahead_steps > 0
+    for d in decisions:
+        if not d.greedy:
+            cfg = _config_of(d)
+            assert cfg.tokens_per_step <= max(CHEAP)
+            assert d.label == f"{cfg.window_size},{cfg.ngram_size},{cfg.verification_set_size}"
+    assert out.stats.steps < ref.stats.steps or out.stats.lookahead_steps < out.stats.steps
+
+
+def test_switching_mid_generation_keeps_greedy_output(session: Session) -> None:
+    # A table that promises nearly free steps (1 microsecond): the measured lookahead steps are far slower
+    # than that greedy step, so the controller falls back, measures greedy, probes again: several switches.
+    session.calibrate(costs={t: 1e-6 for t in CHEAP})
+    options = AutoLookahead(replan_interval=2, probe_after=4, probe_steps=2, min_gain=0.0)
+    for prompt in (REPETITIVE, MIXED):
+        ref = session.generate(prompt, max_new_tokens=120)
+        out = session.generate(prompt, max_new_tokens=120, lookahead=options)
+        assert out.token_ids == ref.token_ids
+        reasons = [d.reason for d in out.stats.auto_decisions]
+        assert reasons[0] == "plan" and "fallback" in reasons and "probe" in reasons, reasons
+        assert 0 < out.stats.lookahead_steps < out.stats.steps
+
+
+def test_max_tokens_per_step_and_kv_room_cap_the_config(tiny_llama: Path) -> None:
+    session = Session(tiny_llama, kv_capacity=REPETITIVE.__len__() + 40 + 12)
+    session.calibrate(costs=CHEAP)
+    ref = session.generate(REPETITIVE, max_new_tokens=40)
+    out = session.generate(REPETITIVE, max_new_tokens=40, lookahead="auto")  # KV room: 12 tokens per step
+    assert out.token_ids == ref.token_ids
+    for d in out.stats.auto_decisions:
+        if not d.greedy:
+            assert _config_of(d).tokens_per_step <= 12
+    big = Session(tiny_llama)
+    big.calibrate(costs=CHEAP)
+    out = big.generate(REPETITIVE, max_new_tokens=40, lookahead=AutoLookahead(max_tokens_per_step=8))
+    for d in out.stats.auto_decisions:
+        if not d.greedy:
+            assert _config_of(d).tokens_per_step <= 8
+
+
+def test_bad_arguments(session: Session) -> None:
+    with pytest.raises(ValueError, match="lookahead must be"):
+        session.generate(MIXED, max_new_tokens=4, lookahead="fast")
+    with pytest.raises(ValueError, match="lookahead must be"):
+        session.generate(MIXED, max_new_tokens=4, lookahead=3)
+    with pytest.raises(ValueError, match="1 token"):
+        session.calibrate(costs={4: 1.0})
+    with pytest.raises(ValueError, match="> 0"):
+        session.calibrate(costs={1: 0.0})
+    with pytest.raises(ValueError, match="twice"):
+        session.calibrate(costs=[(1, 1.0), (1, 2.0)])
+    with pytest.raises(ValueError, match="replan_interval"):
+        AutoLookahead(replan_interval=0)
+    with pytest.raises(ValueError, match="min_gain"):
+        AutoLookahead(min_gain=-1.0)
+    assert session.step_costs() == []  # nothing was set by the failed calls
+
+
+def test_cli_defaults_to_auto(tiny_llama: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "pylookahead", "generate", "--model", str(tiny_llama), "--prompt",
+             "the cat sat on the mat", "--max-new-tokens", "8", "--threads", "1", *args],
+            capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+
+    result = run("--compare-greedy")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("[auto] 8 new tokens") for line in lines), lines
+    assert any(line.startswith("auto: ") and "0:" in line for line in lines), lines
+    assert any(line.startswith("identical output") for line in lines), lines
+    fixed = run("-W", "2")
+    assert fixed.returncode == 0, fixed.stderr
+    assert any(line.startswith("[lookahead LookaheadConfig(window_size=2") for line in fixed.stdout.splitlines())
+    bad = run("--auto", "--greedy")
+    assert bad.returncode == 2 and "--auto cannot be combined" in bad.stderr
+
+
+@pytest.mark.slow
+def test_auto_on_smollm2(smollm2_dir: Path) -> None:
+    session = Session(smollm2_dir)
+    prompt = session.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Write a Python function is_even(n) and two asserts for it."}],
+        add_generation_prompt=True,
+    )
+    ids = session.encode(prompt)
+    ref = session.generate(ids, max_new_tokens=40)
+    table = session.calibrate()  # the real measurement
+    assert table[0][0] == 1 and all(s > 0 for _, s in table)
+    out = session.generate(ids, max_new_tokens=40, lookahead="auto")
+    assert out.token_ids == ref.token_ids
+    # Told that wide steps are free, it runs lookahead on the real model; still greedy's output.
+    session.calibrate(costs=CHEAP)
+    out = session.generate(ids, max_new_tokens=40, lookahead="auto")
+    assert out.token_ids == ref.token_ids
+    assert out.stats.lookahead_steps > 0
+    for d in out.stats.auto_decisions:
+        if not d.greedy:
+            _config_of(d)
