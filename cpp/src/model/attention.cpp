@@ -22,42 +22,35 @@ namespace {
 #define PYLA_ISA_CLONES
 #endif
 
-constexpr int kLanes = 16;   // partial sums of a dot product
-constexpr int kBlock = 64;   // key slots converted to fp32 at a time
+constexpr int kLanes = 16;  // partial sums of the softmax denominator, by key index mod 16
 
-// out[g * n + s] = scale * dot(q[g], k[s]) for g < group, s < n.   q [group, d], k [n, d]
+// Scores of `n` consecutive key slots for one query vector, vectorised over the slots:
+// out[s] = scale * sum_i q[i] * kt[i * stride + s], the sum taken over i = 0..d-1 in order, so each
+// out[s] is computed with exactly the operations of the scalar loop in key_score().
 PYLA_ISA_CLONES
-void block_scores(const float* q, const float* k, int64_t group, int64_t n, int64_t d,
-                  float scale, float* out, int64_t out_stride) {
-    for (int64_t g = 0; g < group; ++g) {
-        const float* qg = q + g * d;
-        for (int64_t s = 0; s < n; ++s) {
-            const float* ks = k + s * d;
-            float part[kLanes] = {};
-            int64_t i = 0;
-            for (; i + kLanes <= d; i += kLanes) {
-                for (int l = 0; l < kLanes; ++l) part[l] += qg[i + l] * ks[i + l];
-            }
-            for (; i < d; ++i) part[i % kLanes] += qg[i] * ks[i];
-            float sum = 0.f;
-            for (int l = 0; l < kLanes; ++l) sum += part[l];
-            out[g * out_stride + s] = sum * scale;
-        }
+void scores_contiguous(const float* q, const float* kt, int64_t stride, int64_t n, int64_t d,
+                       float scale, float* out) {
+    for (int64_t s = 0; s < n; ++s) out[s] = 0.f;
+    for (int64_t i = 0; i < d; ++i) {
+        const float qi = q[i];
+        const float* row = kt + i * stride;
+        for (int64_t s = 0; s < n; ++s) out[s] += qi * row[s];
     }
+    for (int64_t s = 0; s < n; ++s) out[s] *= scale;
 }
 
-// acc[g, :] += sum over s (in order) of w[g * w_stride + s] * v[s, :].   v [n, d], acc [group, d]
+// The score of one key slot: the same operations, in the same order, as scores_contiguous().
+float key_score(const float* q, const float* kt, int64_t stride, int64_t slot, int64_t d,
+                float scale) {
+    float acc = 0.f;
+    for (int64_t i = 0; i < d; ++i) acc += q[i] * kt[i * stride + slot];
+    return acc * scale;
+}
+
+// acc[:] += w * v[:]
 PYLA_ISA_CLONES
-void block_weighted_sum(const float* w, int64_t w_stride, const float* v, int64_t group,
-                        int64_t n, int64_t d, float* acc) {
-    for (int64_t g = 0; g < group; ++g) {
-        float* ag = acc + g * d;
-        for (int64_t s = 0; s < n; ++s) {
-            const float ws = w[g * w_stride + s];
-            const float* vs = v + s * d;
-            for (int64_t i = 0; i < d; ++i) ag[i] += ws * vs[i];
-        }
-    }
+void axpy(float w, const float* v, int64_t d, float* acc) {
+    for (int64_t i = 0; i < d; ++i) acc[i] += w * v[i];
 }
 
 template <typename T>
@@ -67,6 +60,7 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
     const int64_t t = q.size(0), h = q.size(1), d = q.size(2), hkv = keys.size(0);
     const int64_t group = h / hkv;
     const int64_t n_rows = static_cast<int64_t>(rows.size());
+    const int64_t slots_total = kv_len + t;  // cache rows + step rows
     const T* qp = q.data_ptr<T>();
     const T* kp = keys.data_ptr<T>();
     const T* vp = values.data_ptr<T>();
@@ -75,58 +69,67 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
     const int64_t ks0 = keys.stride(0), ks1 = keys.stride(1);
     const int64_t vs0 = values.stride(0), vs1 = values.stride(1);
 
-    // One task = one query row x one KV head (its `group` query heads share every K/V load).
     // Small steps run on the calling thread: a parallel region costs more than it saves there,
     // and far more when another process holds a core.
-    const int64_t task_work = (kv_len + t) * d * group;
-    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(task_work, 1));
+    const int64_t row_work = slots_total * d * group;
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(row_work, 1));
+
+    // Phase 1: every KV head's keys, transposed, and values as fp32, once for all rows.
+    // kt [Hkv, D, S], vf [Hkv, S, D]
+    std::vector<float> kt(hkv * d * slots_total), vf(hkv * slots_total * d);
+    at::parallel_for(0, hkv, n_rows >= 4 ? 1 : hkv, [&](int64_t begin, int64_t end) {
+        for (int64_t kvh = begin; kvh < end; ++kvh) {
+            float* ktk = kt.data() + kvh * d * slots_total;
+            float* vfk = vf.data() + kvh * slots_total * d;
+            for (int64_t s = 0; s < slots_total; ++s) {
+                const T* ks = kp + kvh * ks0 + s * ks1;
+                const T* vs = vp + kvh * vs0 + s * vs1;
+                for (int64_t i = 0; i < d; ++i) {
+                    ktk[i * slots_total + s] = static_cast<float>(ks[i]);
+                    vfk[s * d + i] = static_cast<float>(vs[i]);
+                }
+            }
+        }
+    });
+
+    // Phase 2: one task = one query row x one KV head (its `group` query heads).
     at::parallel_for(0, n_rows * hkv, grain, [&](int64_t begin, int64_t end) {
-        std::vector<float> qf(group * d), buf(kBlock * d), acc(group * d), scores;
+        std::vector<float> qf(d), acc(d), sc;
         std::vector<int64_t> slots;
         for (int64_t task = begin; task < end; ++task) {
             const int64_t r = rows[task / hkv], kvh = task % hkv;
-            // The slots this row sees, in slot order: the cache, then its visible step rows.
+            const float* ktk = kt.data() + kvh * d * slots_total;
+            const float* vfk = vf.data() + kvh * slots_total * d;
+            // Keys this row sees, compacted in slot order: all cache rows, then its step rows.
             slots.clear();
-            for (int64_t j = 0; j < kv_len; ++j) slots.push_back(j);
             for (int64_t j = 0; j < t; ++j) {
                 if (mask ? mask[r * t + j] != 0 : j <= r) slots.push_back(kv_len + j);
             }
-            const int64_t n = static_cast<int64_t>(slots.size());
+            const int64_t n = kv_len + static_cast<int64_t>(slots.size());
+            sc.resize(n);
             for (int64_t g = 0; g < group; ++g) {
                 const T* src = qp + r * qs0 + (kvh * group + g) * qs1;
-                for (int64_t i = 0; i < d; ++i) qf[g * d + i] = static_cast<float>(src[i]);
-            }
-            scores.assign(group * n, 0.f);
-            for (int64_t s0 = 0; s0 < n; s0 += kBlock) {
-                const int64_t nb = std::min<int64_t>(kBlock, n - s0);
-                for (int64_t s = 0; s < nb; ++s) {
-                    const T* src = kp + kvh * ks0 + slots[s0 + s] * ks1;
-                    for (int64_t i = 0; i < d; ++i) buf[s * d + i] = static_cast<float>(src[i]);
+                for (int64_t i = 0; i < d; ++i) qf[i] = static_cast<float>(src[i]);
+                const float fscale = static_cast<float>(scale);
+                scores_contiguous(qf.data(), ktk, slots_total, kv_len, d, fscale, sc.data());
+                for (size_t e = 0; e < slots.size(); ++e) {
+                    sc[kv_len + e] = key_score(qf.data(), ktk, slots_total, slots[e], d, fscale);
                 }
-                block_scores(qf.data(), buf.data(), group, nb, d, static_cast<float>(scale),
-                             scores.data() + s0, n);
-            }
-            std::vector<float> denom(group, 0.f);
-            for (int64_t g = 0; g < group; ++g) {
-                float* sg = scores.data() + g * n;
-                const float m = *std::max_element(sg, sg + n);
+                const float m = *std::max_element(sc.begin(), sc.end());
+                float part[kLanes] = {};
                 for (int64_t s = 0; s < n; ++s) {
-                    sg[s] = std::exp(sg[s] - m);
-                    denom[g] += sg[s];
+                    sc[s] = std::exp(sc[s] - m);
+                    part[s % kLanes] += sc[s];
                 }
-            }
-            std::fill(acc.begin(), acc.end(), 0.f);
-            for (int64_t s0 = 0; s0 < n; s0 += kBlock) {
-                const int64_t nb = std::min<int64_t>(kBlock, n - s0);
-                for (int64_t s = 0; s < nb; ++s) {
-                    const T* src = vp + kvh * vs0 + slots[s0 + s] * vs1;
-                    for (int64_t i = 0; i < d; ++i) buf[s * d + i] = static_cast<float>(src[i]);
+                float denom = 0.f;
+                for (int l = 0; l < kLanes; ++l) denom += part[l];
+                std::fill(acc.begin(), acc.end(), 0.f);
+                for (int64_t s = 0; s < kv_len; ++s) axpy(sc[s], vfk + s * d, d, acc.data());
+                for (size_t e = 0; e < slots.size(); ++e) {
+                    axpy(sc[kv_len + e], vfk + slots[e] * d, d, acc.data());
                 }
-                block_weighted_sum(scores.data() + s0, n, buf.data(), group, nb, d, acc.data());
-            }
-            for (int64_t g = 0; g < group; ++g) {
                 T* dst = op + r * os0 + (kvh * group + g) * os1;
-                for (int64_t i = 0; i < d; ++i) dst[i] = static_cast<T>(acc[g * d + i] / denom[g]);
+                for (int64_t i = 0; i < d; ++i) dst[i] = static_cast<T>(acc[i] / denom);
             }
         }
     });

@@ -173,7 +173,7 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x, const at::Tensor& cos,
 at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& positions,
                                 const std::optional<at::Tensor>& mask, KvCache& kv,
                                 int64_t kv_len, const at::Tensor& out_rows,
-                                const std::vector<int32_t>& exact, const uint8_t* host_mask) const {
+                                bool row_invariant, const uint8_t* host_mask) const {
     const ModelConfig& c = config_;
     const int64_t t = tokens.size(0), h = c.num_attention_heads, hkv = c.num_key_value_heads,
                   d = c.head_dim;
@@ -203,26 +203,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         }
     }
 
-    const bool use_exact = !exact.empty() && device_.is_cpu();
-    // Rows that SDPA computes when some rows are exact: the complement of `exact`, with their
-    // rows of the mask.
-    at::Tensor sdpa_rows;
-    std::optional<at::Tensor> sdpa_mask;
-    if (use_exact && exact.size() < static_cast<size_t>(t)) {
-        std::vector<int64_t> rest;
-        size_t e = 0;
-        for (int64_t r = 0; r < t; ++r) {
-            if (e < exact.size() && exact[e] == r) {
-                ++e;
-            } else {
-                rest.push_back(r);
-            }
-        }
-        sdpa_rows = at::tensor(rest, at::TensorOptions().dtype(at::kLong)).to(device_);
-        PYLA_CHECK(attn_mask.has_value(), "a partly exact step needs an explicit mask");
-        sdpa_mask = attn_mask->index_select(0, sdpa_rows);
-    }
+    const bool use_exact = row_invariant && device_.is_cpu();
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    std::vector<int32_t> all_rows;
+    if (use_exact) {
+        for (int32_t r = 0; r < t; ++r) all_rows.push_back(r);
+    }
     at::Tensor x = at::embedding(embed_, tokens);  // [T, hidden]
     for (int i = 0; i < c.num_hidden_layers; ++i) {
         const LayerWeights& lw = layers_[i];
@@ -236,20 +222,14 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         k = apply_rope(k, cos, sin);
         kv.write(i, kv_len, k, v);
         at::Tensor attn;  // [T, H, D]
-        if (!use_exact) {
-            attn = sdpa(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), attn_mask, is_causal);
-        } else if (sdpa_rows.defined()) {
-            // Rows outside `exact` (the lookahead window) need no bit-invariance: SDPA on them.
-            attn = at::empty({t, h, d}, q.options());
-            at::Tensor part = sdpa(q.index_select(0, sdpa_rows), kv.keys(i, kv_len + t),
-                                   kv.values(i, kv_len + t), sdpa_mask, false);
-            attn.index_copy_(0, sdpa_rows, part);
-        } else {
-            attn = at::empty({t, h, d}, q.options());
-        }
         if (use_exact) {
-            attention_rows(q, kv.keys(i, kv.capacity()), kv.values(i, kv.capacity()), kv_len,
-                           host_mask, exact, scale, attn);
+            // Decode steps: every row through the row-invariant kernel (the window rows too: on
+            // CPU it is faster than masked SDPA for these small steps).
+            attn = at::empty({t, h, d}, q.options());
+            attention_rows(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), kv_len, host_mask,
+                           all_rows, scale, attn);
+        } else {
+            attn = sdpa(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), attn_mask, is_causal);
         }
         attn = attn.view({t, h * d});
         at::Tensor o = lw.o_bias.defined() ? at::linear(attn, lw.o, lw.o_bias) : at::linear(attn, lw.o);

@@ -42,14 +42,15 @@ class Transformer {
     // mask      [T, kv_len + T] bool (true = may attend), or nullopt: causal over the step rows
     //           (row q sees all kv_len committed rows and step rows 0..q)
     // out_rows  [R] int64: rows whose logits are returned
-    // exact     rows whose attention goes through the row-invariant kernel (attention.h), with
-    //           host_mask [T * T] (null = causal) telling which step rows each one sees; the
-    //           other rows use SDPA. Empty = SDPA for all rows. CPU only (ignored on CUDA).
+    // row_invariant  true: attention through the row-invariant kernel (attention.h), with
+    //           host_mask [T * T] (null = causal) telling which step rows each row sees, so that a
+    //           row's result does not depend on the other rows of the step (decode steps);
+    //           false: SDPA (prefill). CPU only (SDPA on CUDA).
     // Writes the step rows' K/V into kv rows kv_len .. kv_len+T-1.
     // Returns logits [R, V] in dtype().
     at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions,
                        const std::optional<at::Tensor>& mask, KvCache& kv, int64_t kv_len,
-                       const at::Tensor& out_rows, const std::vector<int32_t>& exact = {},
+                       const at::Tensor& out_rows, bool row_invariant = false,
                        const uint8_t* host_mask = nullptr) const;
 
   private:

@@ -6,10 +6,20 @@
 
 namespace pylookahead {
 
+namespace {
+
+int min_decode_rows_for(at::ScalarType dtype) {
+    return dtype == at::kBFloat16 || dtype == at::kHalf ? 2 : 4;
+}
+
+}  // namespace
+
 TorchStepModel::TorchStepModel(const Transformer& model, int capacity)
     : model_(model),
-      kv_(model.config().num_hidden_layers, model.config().num_key_value_heads, capacity,
-          model.config().head_dim, model.dtype(), model.device()) {}
+      min_decode_rows_(min_decode_rows_for(model.dtype())),
+      kv_(model.config().num_hidden_layers, model.config().num_key_value_heads,
+          capacity + min_decode_rows_ - 1, model.config().head_dim, model.dtype(),
+          model.device()) {}
 
 at::Tensor TorchStepModel::to_device_long(const std::vector<int32_t>& v) const {
     at::Tensor host = at::from_blob(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())},
@@ -22,8 +32,29 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
                                   const std::vector<int32_t>& out_rows,
                                   const std::vector<int32_t>& exact_rows,
                                   std::vector<TokenId>* argmax) {
+    PYLA_CHECK(!tokens.empty() && positions.size() == tokens.size(), "bad step shapes");
+    if (!exact_rows.empty() && static_cast<int>(tokens.size()) < min_decode_rows_) {
+        // Pad with rows that repeat row 0 and see only themselves; their outputs are not read
+        // and their K/V rows are scratch, never committed.
+        const int64_t t0 = static_cast<int64_t>(tokens.size()), tp = min_decode_rows_;
+        std::vector<TokenId> ptokens(tokens);
+        std::vector<int32_t> ppositions(positions);
+        std::vector<uint8_t> pmask(static_cast<size_t>(tp * tp), 0);
+        for (int64_t r = 0; r < tp; ++r) {
+            for (int64_t c = 0; c < tp; ++c) {
+                const bool real = r < t0 && c < t0;
+                pmask[r * tp + c] = real ? (mask ? mask[r * t0 + c] : c <= r) : r == c;
+            }
+        }
+        for (int64_t r = t0; r < tp; ++r) {
+            ptokens.push_back(tokens[0]);
+            ppositions.push_back(positions[0]);
+        }
+        forward_step(ptokens, ppositions, pmask.data(), out_rows, exact_rows, argmax);
+        pending_rows_ = static_cast<int>(t0);
+        return;
+    }
     const int64_t t = static_cast<int64_t>(tokens.size());
-    PYLA_CHECK(t > 0 && positions.size() == tokens.size(), "bad step shapes");
     PYLA_CHECK(kv_len_ + t <= kv_.capacity(), "step of " << t << " rows at kv_len " << kv_len_
                                                          << " exceeds KV capacity "
                                                          << kv_.capacity());
@@ -41,11 +72,12 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         m.narrow(1, kv_len_, t).copy_(mask_block_);
         full_mask = m;
     }
-    // Exact rows go through the row-invariant attention, so that they equal a greedy step bit
-    // for bit; the bf16 GEMMs, norms and elementwise kernels already give a row the same bits
-    // whatever else is in the batch. Prefill is shared by both modes and uses SDPA.
+    // Decode steps (greedy or lookahead) use the row-invariant attention, so that the exact rows
+    // equal a greedy step bit for bit; the bf16 GEMMs, norms and elementwise kernels already give
+    // a row the same bits whatever else is in the batch. Prefill is shared by both modes: SDPA.
     at::Tensor logits = model_.forward(to_device_long(tokens), to_device_long(positions), full_mask,
-                                       kv_, kv_len_, to_device_long(out_rows), exact_rows, mask);
+                                       kv_, kv_len_, to_device_long(out_rows),
+                                       /*row_invariant=*/!exact_rows.empty(), mask);
     // The only device-to-host copy of the step: R int32 ids. argmax over fp32 (ties still go to
     // the first index) is several times faster on CPU than over bf16.
     at::Tensor ids = logits.to(at::kFloat).argmax(-1).to(at::kInt).cpu().contiguous();

@@ -23,7 +23,7 @@ class TorchStepModel : public StepModel {
                       std::vector<TokenId>* argmax) override;
     void commit(const std::vector<int32_t>& src_rows) override;
     int kv_len() const override { return kv_len_; }
-    int kv_capacity() const override { return kv_.capacity(); }
+    int kv_capacity() const override { return kv_.capacity() - (min_decode_rows_ - 1); }
     void reset() override { kv_len_ = 0; }
 
     // Logits [T, V] (fp32, host) of `tokens` run as a prefill from an empty cache; for tests.
@@ -33,6 +33,11 @@ class TorchStepModel : public StepModel {
     at::Tensor to_device_long(const std::vector<int32_t>& v) const;
 
     const Transformer& model_;
+    // Decode steps run at least this many rows (padding rows are computed and thrown away): the
+    // CPU GEMMs give a row the same bits for every M >= 2 (bf16, oneDNN) or M >= 4 (fp32/fp64,
+    // MKL), but not for M = 1, so a one-token greedy step would round differently from the same
+    // token inside a lookahead step.
+    int min_decode_rows_;
     KvCache kv_;
     int kv_len_ = 0;
     int pending_rows_ = 0;               // step rows written by the last forward_step
