@@ -1,0 +1,68 @@
+"""`python -m pylookahead generate`: lookahead vs greedy comparison on a tiny checkpoint, and the error path."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "pylookahead", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO_ROOT,
+        timeout=300,
+    )
+
+
+def test_generate_compare_greedy(tiny_llama: Path) -> None:
+    result = run_cli(
+        "generate", "--model", str(tiny_llama), "--prompt", "the cat sat on the mat and the cat",
+        "--max-new-tokens", "8", "--compare-greedy", "-W", "2", "-N", "3", "-G", "2", "--threads", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    summary = r"\] 8 new tokens, \d+ steps \([\d.]+ tokens/step\), [\d.]+ tok/s \(prefill \d+ ms, decode [\d.]+ s\)"
+    lookahead_line = next(line for line in lines if line.startswith("[lookahead"))
+    assert "window_size=2, ngram_size=3, verification_set_size=2" in lookahead_line
+    assert re.search(summary, lookahead_line), lookahead_line
+    greedy_line = next(line for line in lines if line.startswith("[greedy]"))
+    assert re.search(r"8 new tokens, 7 steps \(1\.00 tokens/step\)", greedy_line), greedy_line
+    assert any(re.fullmatch(r"identical output; lookahead / greedy speed = [\d.]+x", line) for line in lines), lines
+    assert "MISMATCH" not in result.stdout
+    # The generated text comes first: 8 words of the tiny word-level vocabulary.
+    assert len(lines[0].split()) == 8, lines[0]
+
+
+def test_generate_greedy_only(tiny_llama: Path) -> None:
+    result = run_cli("generate", "--model", str(tiny_llama), "--prompt", "hello world", "--max-new-tokens", "5",
+                     "--greedy", "--threads", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert any(line.startswith("[greedy] 5 new tokens, 4 steps") for line in result.stdout.splitlines())
+
+
+def test_missing_model_dir_exits_with_2(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-model"
+    result = run_cli("generate", "--model", str(missing), "--prompt", "hi", "--max-new-tokens", "4")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "pylookahead: error:" in result.stderr
+    assert str(missing) in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("flag", "value", "field"), [("-N", "1", "ngram_size"), ("-W", "0", "window_size")])
+def test_bad_lookahead_flags_exit_with_2(tiny_llama: Path, flag: str, value: str, field: str) -> None:
+    result = run_cli("generate", "--model", str(tiny_llama), "--prompt", "hi", flag, value)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert re.search(rf"pylookahead: error: .*{field}.*\(got {value}\)", result.stderr), result.stderr
