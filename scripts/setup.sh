@@ -21,7 +21,6 @@ fi
 [ -x .venv/bin/python ] || python3 -m venv .venv
 # shellcheck disable=SC1091
 . .venv/bin/activate
-python -m pip install -q --upgrade pip >/dev/null
 # Pin torch first so that nothing ever pulls a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
 python -m pip install -q ".[${extras}]"

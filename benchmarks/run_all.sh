@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The benchmark runs behind docs/benchmarks.md (run on an idle machine; ~25 min on 2 cores).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+B="python -m pylookahead bench --threads 2 --max-new-tokens 128 --no-progress"
+M=qwen2.5-coder-0.5b-instruct
+$B --model $M --dtype bfloat16 --dataset humaneval --limit 10 --config 2,3,2 --config 4,4,4 --config auto \
+   --out benchmarks/results/$M-bfloat16-humaneval.json
+$B --model $M --dtype bfloat16 --dataset mtbench --limit 8 --config 2,3,2 --config 4,4,4 --config auto \
+   --out benchmarks/results/$M-bfloat16-mtbench.json
+M=smollm2-135m-instruct
+$B --model $M --dtype bfloat16 --dataset humaneval --limit 10 --config 2,3,2 --config 4,4,4 --config auto \
+   --out benchmarks/results/$M-bfloat16-humaneval.json
+$B --model $M --dtype float32 --dataset mtbench --limit 8 --config 2,3,2 --config auto \
+   --out benchmarks/results/$M-float32-mtbench.json
+$B --model $M --dtype bfloat16 --dataset mtbench --limit 8 --config 2,3,2 --config 4,4,4 --config auto \
+   --out benchmarks/results/$M-bfloat16-mtbench.json
