@@ -108,6 +108,10 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     stats.accept_histogram.assign(max_n + 1, 0);
     Emitter emitter(request, &result);
     std::vector<TokenId> argmax;
+    // Scratch of a step run without its padded candidate slots.
+    std::vector<TokenId> trimmed;
+    std::vector<int32_t> trimmed_positions, trimmed_out, trimmed_exact;
+    std::vector<uint8_t> trimmed_mask;
     // Emits a step's tokens, reports them, and returns how many were kept.
     auto finish_step = [&](const std::vector<TokenId>& tokens) {
         const int kept = emitter.emit(tokens);
@@ -165,10 +169,37 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
         if (algo) {
             const StepLayout& layout = algo->layout();
             const std::vector<TokenId>& tokens = algo->prepare(x);
-            positions.resize(tokens.size());
-            for (size_t i = 0; i < tokens.size(); ++i) positions[i] = p + layout.offsets[i];
-            model.forward_step(tokens, positions, layout.mask.data(), layout.out_rows,
-                               layout.exact_rows, &argmax);
+            const int t_full = static_cast<int>(tokens.size());
+            const int t_real = layout.budget.verify_begin +
+                               algo->prepared_candidates() * layout.budget.candidate_len();
+            positions.resize(t_full);
+            for (int i = 0; i < t_full; ++i) positions[i] = p + layout.offsets[i];
+            if (t_real < t_full && !model.prefers_fixed_shapes()) {
+                // Run only the real rows: the padded candidate slots are the last rows, and no
+                // real row sees them, so the prefix [0, t_real) is a complete step on its own.
+                trimmed.assign(tokens.begin(), tokens.begin() + t_real);
+                trimmed_positions.assign(positions.begin(), positions.begin() + t_real);
+                trimmed_mask.resize(static_cast<size_t>(t_real) * t_real);
+                for (int r = 0; r < t_real; ++r) {
+                    std::copy_n(layout.mask.data() + static_cast<size_t>(r) * t_full, t_real,
+                                trimmed_mask.data() + static_cast<size_t>(r) * t_real);
+                }
+                trimmed_out.clear();
+                for (int32_t r : layout.out_rows) {
+                    if (r < t_real) trimmed_out.push_back(r);
+                }
+                trimmed_exact.clear();
+                for (int32_t r : layout.exact_rows) {
+                    if (r < t_real) trimmed_exact.push_back(r);
+                }
+                model.forward_step(trimmed, trimmed_positions, trimmed_mask.data(), trimmed_out,
+                                   trimmed_exact, &argmax);
+                // out_rows ascend, so the kept ones are a prefix; padded rows' argmax is unused.
+                argmax.resize(layout.out_rows.size(), 0);
+            } else {
+                model.forward_step(tokens, positions, layout.mask.data(), layout.out_rows,
+                                   layout.exact_rows, &argmax);
+            }
             const StepOutcome outcome = algo->update(argmax);
             kept = finish_step(outcome.emitted);
             model.commit(std::vector<int32_t>(outcome.commit_rows.begin(),
@@ -178,7 +209,8 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                                                           : stats.accepted_from_prompt);
             }
             ++stats.lookahead_steps;
-            report.tokens_per_step = static_cast<int>(tokens.size());
+            report.tokens_per_step =
+                model.prefers_fixed_shapes() ? t_full : std::min(t_real, t_full);
             report.num_candidates = outcome.num_candidates;
             report.window_candidates = outcome.window_candidates;
             report.window_matched = outcome.window_matched;

@@ -50,6 +50,9 @@ class StepModel {
     virtual int kv_capacity() const = 0;
     // Drops all committed rows (kv_len = 0).
     virtual void reset() = 0;
+    // True if steps must keep the fixed (W + G)(N - 1) rows (e.g. for CUDA-graph replay); false
+    // lets the loop drop the padded verification slots of a step (cheaper on a CPU).
+    virtual bool prefers_fixed_shapes() const { return false; }
 };
 
 // Inputs of one generation.

@@ -50,6 +50,9 @@ class LookaheadAlgorithm {
     const StepLayout& layout() const { return layout_; }
     const NgramPool& pool() const { return pool_; }
     const JacobiWindow& window() const { return window_; }
+    // Real (unpadded) candidates of the last prepare(); they fill the first verification slots,
+    // so rows [0, budget().verify_begin + prepared_candidates() * (N-1)) hold every real row.
+    int prepared_candidates() const { return num_candidates_; }
 
     // Clears the pool, fills the window from `prompt` and, with seed_from_prompt, puts every
     // N-gram of prompt + first_token in the pool. first_token = the prefill's argmax.

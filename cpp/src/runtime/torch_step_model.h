@@ -25,6 +25,8 @@ class TorchStepModel : public StepModel {
     int kv_len() const override { return kv_len_; }
     int kv_capacity() const override { return kv_.capacity() - (min_decode_rows_ - 1); }
     void reset() override { kv_len_ = 0; }
+    // CUDA keeps fixed step shapes (graph replay); the CPU runs only a step's real rows.
+    bool prefers_fixed_shapes() const override { return model_.device().is_cuda(); }
 
     // Logits [T, V] (fp32, host) of `tokens` run as a prefill from an empty cache; for tests.
     at::Tensor prefill_logits(const std::vector<TokenId>& tokens);
