@@ -7,12 +7,12 @@ The tiny random Llama (float32) runs everything that needs no download; the real
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from pylookahead import AutoLookahead, LookaheadConfig, Session
+from subproc import run_pylookahead
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -143,10 +143,9 @@ def test_bad_arguments(session: Session) -> None:
 
 def test_cli_defaults_to_auto(tiny_llama: Path) -> None:
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "pylookahead", "generate", "--model", str(tiny_llama), "--prompt",
-             "the cat sat on the mat", "--max-new-tokens", "8", "--threads", "1", *args],
-            capture_output=True, text=True, timeout=300,
+        return run_pylookahead(
+            "generate", "--model", str(tiny_llama), "--prompt", "the cat sat on the mat",
+            "--max-new-tokens", "8", "--threads", "1", *args,
         )  # fmt: skip
 
     result = run("--compare-greedy")
