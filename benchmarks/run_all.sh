@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark runs behind docs/benchmarks.md (run on an idle machine; ~25 min on 2 cores).
+# Prompts are a spread subset of each dataset (--limit): the full sets take hours here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B="python -m pylookahead bench --threads 2 --max-new-tokens 128 --no-progress"
@@ -15,3 +16,6 @@ $B --model $M --dtype float32 --dataset mtbench --limit 8 --config 2,3,2 --confi
    --out benchmarks/results/$M-float32-mtbench.json
 $B --model $M --dtype bfloat16 --dataset mtbench --limit 8 --config 2,3,2 --config 4,4,4 --config auto \
    --out benchmarks/results/$M-bfloat16-mtbench.json
+python benchmarks/sweep.py --model $M --dtype bfloat16 --threads 2 --dataset humaneval --limit 4 \
+   --max-new-tokens 128 --windows 1,2,4,8 --ngrams 3,4,5 \
+   --out benchmarks/results/sweep-$M-bfloat16-humaneval.json
