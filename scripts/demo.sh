@@ -6,5 +6,6 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh convert
 . .venv/bin/activate
 pylookahead pull smollm2-135m-instruct
-pylookahead generate --chat --max-new-tokens 128 --compare-greedy \
-  --prompt "${1:-Write a Python function that checks whether a string is a palindrome.}"
+# bfloat16, automatic (W, N, G); pass -W/-N/-G for a fixed config or --greedy.
+pylookahead generate --chat --dtype bfloat16 --max-new-tokens 256 --compare-greedy \
+  --prompt "${1:-Write a Python class for a singly linked list with insert, delete, find and __repr__ methods, each with a docstring.}"
