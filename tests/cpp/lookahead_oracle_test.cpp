@@ -10,6 +10,7 @@
 
 #include "lookahead/decode_loop.h"
 #include "oracle_lm.h"
+#include "oracle_text.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
@@ -17,31 +18,6 @@ namespace {
 
 using Tokens = std::vector<TokenId>;
 constexpr int kVocab = 64;
-
-// Pseudo-random text over tokens 1..23 where about half of it copies earlier spans, so the
-// prompt and the text itself hold n-grams that recur.
-Tokens mixed_text(int length, uint32_t seed) {
-    std::mt19937 rng(seed);
-    Tokens s;
-    while (static_cast<int>(s.size()) < length) {
-        if (s.size() > 8 && rng() % 2 == 0) {
-            const size_t start = rng() % (s.size() - 4), len = 2 + rng() % 6;
-            for (size_t i = 0; i < len && start + i < s.size(); ++i) s.push_back(s[start + i]);
-        } else {
-            s.push_back(static_cast<TokenId>(1 + rng() % 23));
-        }
-    }
-    s.resize(length);
-    return s;
-}
-
-// A period of 7 distinct tokens, repeated.
-Tokens periodic_text(int length) {
-    const Tokens period = {30, 31, 32, 33, 34, 35, 36};
-    Tokens s(length);
-    for (int i = 0; i < length; ++i) s[i] = period[i % period.size()];
-    return s;
-}
 
 LookaheadConfig config_of(int W, int N, int G, bool seed_from_prompt = true) {
     LookaheadConfig c;
@@ -74,17 +50,6 @@ Decoded decode(const Tokens& text, int prompt_len, int max_new_tokens,
     });
     EXPECT_EQ(lm.num_forward(), 1 + run.result.stats.steps);
     return run;
-}
-
-// The oracle continuation, cut after the first end id or at max_new_tokens.
-Tokens expected(const Tokens& text, int prompt_len, int max_new_tokens, const Tokens& end_ids) {
-    Tokens out;
-    for (size_t i = prompt_len; i < text.size() && static_cast<int>(out.size()) < max_new_tokens;
-         ++i) {
-        out.push_back(text[i]);
-        if (std::find(end_ids.begin(), end_ids.end(), text[i]) != end_ids.end()) break;
-    }
-    return out;
 }
 
 // Counters that must agree with the tokens whatever the configuration.
