@@ -188,11 +188,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
 
     // Attention mask over [committed rows | step rows]. Causal with nothing committed is the
     // one case SDPA's is_causal describes exactly; otherwise build the boolean mask.
-    std::optional<at::Tensor> attn_mask;
+    const bool use_exact = row_invariant && device_.is_cpu();
+    std::optional<at::Tensor> attn_mask;  // for SDPA only; the row-invariant kernel uses host_mask
     bool is_causal = false;
-    if (mask.has_value()) {
+    if (!use_exact && mask.has_value()) {
         attn_mask = *mask;
-    } else if (t > 1) {
+    } else if (!use_exact && t > 1) {
         if (kv_len == 0) {
             is_causal = true;
         } else {
@@ -203,7 +204,6 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         }
     }
 
-    const bool use_exact = row_invariant && device_.is_cpu();
     const double scale = 1.0 / std::sqrt(static_cast<double>(d));
     std::vector<int32_t> all_rows;
     if (use_exact) {

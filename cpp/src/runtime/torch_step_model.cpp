@@ -58,8 +58,14 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
     PYLA_CHECK(kv_len_ + t <= kv_.capacity(), "step of " << t << " rows at kv_len " << kv_len_
                                                          << " exceeds KV capacity "
                                                          << kv_.capacity());
+    // Decode steps (greedy or lookahead) use the row-invariant attention, so that the exact rows
+    // equal a greedy step bit for bit; the bf16 GEMMs, norms and elementwise kernels already give
+    // a row the same bits whatever else is in the batch. Prefill is shared by both modes: SDPA.
+    // On the CPU that kernel reads the host mask directly, so the [T, kv_len + T] mask tensor is
+    // built only for SDPA (prefill, CUDA).
+    const bool row_invariant = !exact_rows.empty();
     std::optional<at::Tensor> full_mask;
-    if (mask != nullptr) {
+    if (mask != nullptr && !(row_invariant && model_.device().is_cpu())) {
         // The step block is the same for every step of one lookahead config: convert it once.
         const size_t n = static_cast<size_t>(t * t);
         if (mask_key_.size() != n || std::memcmp(mask_key_.data(), mask, n) != 0) {
@@ -72,12 +78,8 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         m.narrow(1, kv_len_, t).copy_(mask_block_);
         full_mask = m;
     }
-    // Decode steps (greedy or lookahead) use the row-invariant attention, so that the exact rows
-    // equal a greedy step bit for bit; the bf16 GEMMs, norms and elementwise kernels already give
-    // a row the same bits whatever else is in the batch. Prefill is shared by both modes: SDPA.
     at::Tensor logits = model_.forward(to_device_long(tokens), to_device_long(positions), full_mask,
-                                       kv_, kv_len_, to_device_long(out_rows),
-                                       /*row_invariant=*/!exact_rows.empty(), mask);
+                                       kv_, kv_len_, to_device_long(out_rows), row_invariant, mask);
     // The only device-to-host copy of the step: R int32 ids. argmax over fp32 (ties still go to
     // the first index) is several times faster on CPU than over bf16.
     at::Tensor ids = logits.to(at::kFloat).argmax(-1).to(at::kInt).cpu().contiguous();
