@@ -18,12 +18,12 @@ tokenizer.json) that look like a real Hugging Face checkpoint of that architectu
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
+
+from pylookahead.models import _transformers_progress
 
 Arch = Literal["llama", "qwen2", "mistral"]
 RopeStyle = Literal["v5", "v4"]
@@ -57,20 +57,6 @@ _WORDS: tuple[str, ...] = tuple(
         "def return if else while print x y z = + - * / ( ) : , . ? !"
     ).split()
 )
-
-
-@contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """Hide transformers' progress bars ("Writing model shards", "Loading weights") in test output."""
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
 
 
 def _config_class(arch: Arch) -> type:
@@ -203,7 +189,7 @@ def write_tiny_model(
     model = model.to(dtype).eval()
     # ~150 KB of weights per layer in float32: 60 KB shards give several files for any dtype.
     max_shard_size = "60KB" if sharded else "2GB"
-    with _quiet_transformers():
+    with _transformers_progress(enabled=False):
         model.save_pretrained(path, safe_serialization=True, max_shard_size=max_shard_size)
     if rope_style == "v4":
         _rewrite_rope_v4(path / "config.json")
@@ -216,7 +202,7 @@ def load_hf(path: str | Path, dtype: torch.dtype = torch.float32) -> Any:
     """The transformers reference model for a checkpoint directory, in eval mode, on CPU, eager attention."""
     from transformers import AutoModelForCausalLM
 
-    with _quiet_transformers():
+    with _transformers_progress(enabled=False):
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager")
     return model.eval()
 
