@@ -112,6 +112,12 @@ void bind_config(py::module_& m) {
         .def_readwrite("max_new_tokens", &GenerationConfig::max_new_tokens)
         .def_readwrite("stop_token_ids", &GenerationConfig::stop_token_ids)
         .def_readwrite("use_model_end_ids", &GenerationConfig::use_model_end_ids)
+        .def_readwrite("temperature", &GenerationConfig::temperature)
+        .def_readwrite("top_k", &GenerationConfig::top_k)
+        .def_readwrite("top_p", &GenerationConfig::top_p)
+        .def_readwrite("seed", &GenerationConfig::seed)
+        .def_readwrite("reuse_cache", &GenerationConfig::reuse_cache)
+        .def_readwrite("keep_pool", &GenerationConfig::keep_pool)
         .def("validate", &GenerationConfig::validate);
 
     py::class_<EngineConfig>(m, "EngineConfig")
@@ -159,6 +165,7 @@ void bind_results(py::module_& m) {
         .def_readonly("new_tokens", &GenerationStats::new_tokens)
         .def_readonly("steps", &GenerationStats::steps)
         .def_readonly("prompt_tokens", &GenerationStats::prompt_tokens)
+        .def_readonly("reused_tokens", &GenerationStats::reused_tokens)
         .def_readonly("prefill_s", &GenerationStats::prefill_s)
         .def_readonly("decode_s", &GenerationStats::decode_s)
         .def_readonly("accept_histogram", &GenerationStats::accept_histogram)
@@ -232,10 +239,16 @@ void bind_session(py::module_& m) {
                     // Captures a pointer: copying a py::object without the GIL is unsafe,
                     // and `on_tokens` outlives the call.
                     const py::object* fn = &on_tokens;
-                    cb = [fn](const std::vector<TokenId>& toks) {
+                    // It answers None/True (go on), False (stop after this chunk) or an int k
+                    // (stop, keeping the chunk's first k tokens).
+                    cb = [fn](const std::vector<TokenId>& toks) -> StreamControl {
                         py::gil_scoped_acquire gil;
                         py::object r = (*fn)(toks);
-                        return r.is_none() || r.cast<bool>();
+                        if (r.is_none()) return StreamControl(true);
+                        if (py::isinstance<py::bool_>(r)) return StreamControl(r.cast<bool>());
+                        if (py::isinstance<py::int_>(r)) return StreamControl::stop_after(r.cast<int>());
+                        throw ConfigError("on_tokens must return None, a bool or an int (got " +
+                                          std::string(py::repr(r)) + ")");
                     };
                 }
                 py::gil_scoped_release nogil;
@@ -284,6 +297,14 @@ void bind_session(py::module_& m) {
                  for (const StepCost& c : s.step_costs()) out.emplace_back(c.tokens, c.seconds);
                  return out;
              })
+        .def("reset", &Session::reset)
+        .def_property_readonly("cached_tokens", &Session::cached_tokens)
+        .def_property_readonly("pool_size", &Session::pool_size)
+        .def("save_pool", &Session::save_pool, py::arg("path"),
+             py::call_guard<py::gil_scoped_release>())
+        .def("load_pool", &Session::load_pool, py::arg("path"),
+             py::call_guard<py::gil_scoped_release>())
+        .def("share_pool", &Session::share_pool, py::arg("other"))
         .def_property_readonly("kv_capacity", &Session::kv_capacity);
 }
 

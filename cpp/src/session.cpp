@@ -6,7 +6,11 @@
 #include <ATen/Context.h>
 
 #include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
+#include "check.h"
 #include "io/model_config.h"
 #include "lookahead/auto_planner.h"
 #include "model/transformer.h"
@@ -104,6 +108,13 @@ struct Session::Impl {
     std::shared_ptr<const Model> model;
     TorchStepModel step_model;
     AutoPlanner planner;  // step costs and acceptance statistics of automatic lookahead
+    // Token ids whose K/V rows the cache holds (rows 0..size-1), for reuse_cache; emptied when
+    // unknown (after an error, calibrate(), prompt_logits()).
+    std::vector<TokenId> context;
+    // The n-gram pool kept across calls (keep_pool); maybe shared with other Sessions.
+    std::shared_ptr<SharedPool> pool = std::make_shared<SharedPool>();
+
+    GenerationResult run(DecodeRequest& req, const GenerationConfig& gen, const OnTokens& on_tokens);
 
     Impl(std::shared_ptr<const Model> m, const Transformer& transformer, int capacity)
         : model(std::move(m)), step_model(transformer, capacity) {}
@@ -167,7 +178,32 @@ static DecodeRequest make_request(const ModelInfo& info, const std::vector<Token
     req.max_new_tokens = gen.max_new_tokens;
     if (gen.use_model_end_ids) req.end_ids = info.eos_token_ids;
     req.end_ids.insert(req.end_ids.end(), gen.stop_token_ids.begin(), gen.stop_token_ids.end());
+    req.sampling = gen;
+    req.keep_pool = gen.keep_pool;
     return req;
+}
+
+// Runs `req` on the Session's cache and pool, reusing the cached prefix when asked, and records
+// what the cache holds afterwards.
+GenerationResult Session::Impl::run(DecodeRequest& req, const GenerationConfig& gen,
+                                    const OnTokens& on_tokens) {
+    Impl& s = *this;
+    req.pool = s.pool;
+    if (gen.reuse_cache) {
+        // Longest common prefix with the cached tokens, leaving at least one prompt token to run.
+        const size_t limit = std::min(s.context.size(), req.prompt.size() - 1);
+        size_t n = 0;
+        while (n < limit && s.context[n] == req.prompt[n]) ++n;
+        req.reuse_rows = static_cast<int>(n);
+    }
+    s.context.clear();  // unknown until run_decode returns
+    at::InferenceMode guard;
+    GenerationResult result = run_decode(s.step_model, req, on_tokens);
+    s.context = req.prompt;
+    if (!result.tokens.empty()) s.context.insert(s.context.end(), result.tokens.begin(), result.tokens.end() - 1);
+    PYLA_CHECK(static_cast<int>(s.context.size()) == s.step_model.kv_len(),
+               "cache holds " << s.step_model.kv_len() << " rows, context " << s.context.size());
+    return result;
 }
 
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
@@ -177,8 +213,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     if (lookahead) lookahead->validate();
     DecodeRequest req = make_request(impl_->model->info(), prompt, gen);
     req.lookahead = lookahead;
-    at::InferenceMode guard;
-    return run_decode(impl_->step_model, req, on_tokens);
+    return impl_->run(req, gen, on_tokens);
 }
 
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
@@ -196,8 +231,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
     AutoController controller(impl_->planner, lookahead, max_tokens);
     req.policy = &controller;
-    at::InferenceMode guard;
-    return run_decode(impl_->step_model, req, on_tokens);
+    return impl_->run(req, gen, on_tokens);
 }
 
 std::vector<StepCost> Session::calibrate() {
@@ -205,6 +239,7 @@ std::vector<StepCost> Session::calibrate() {
         CalibrationOptions options;
         options.vocab_size = impl_->model->info().vocab_size;
         at::InferenceMode guard;
+        impl_->context.clear();
         std::vector<StepCost> table = calibrate_step_costs(impl_->step_model, options);
         impl_->planner.costs().set_table(std::move(table));
     }
@@ -224,9 +259,124 @@ std::vector<float> Session::prompt_logits(const std::vector<TokenId>& prompt) {
                           " (got " + std::to_string(prompt.size()) + ")");
     }
     at::InferenceMode guard;
+    impl_->context.clear();
     at::Tensor logits = impl_->step_model.prefill_logits(prompt).contiguous();
     impl_->step_model.reset();
     return std::vector<float>(logits.data_ptr<float>(), logits.data_ptr<float>() + logits.numel());
+}
+
+// ---- Context and pool --------------------------------------------------------------------------
+
+void Session::reset() {
+    impl_->context.clear();
+    impl_->step_model.reset();
+    impl_->pool = std::make_shared<SharedPool>();  // a fresh private pool (leaves a shared one)
+}
+
+int Session::cached_tokens() const { return static_cast<int>(impl_->context.size()); }
+
+int64_t Session::pool_size() const {
+    std::lock_guard<std::mutex> lock(impl_->pool->mutex);
+    return impl_->pool->pool.size();
+}
+
+namespace {
+
+constexpr char kPoolMagic[8] = {'P', 'Y', 'L', 'A', 'P', 'O', 'O', 'L'};
+constexpr uint32_t kPoolVersion = 1;
+
+void write_u32(std::ostream& out, uint32_t v) {
+    for (int i = 0; i < 4; ++i) out.put(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+uint32_t read_u32(std::istream& in, const std::string& path, const char* field) {
+    unsigned char b[4];
+    if (!in.read(reinterpret_cast<char*>(b), 4)) {
+        throw ConfigError(path + ": not a pylookahead pool file (truncated before " + field + ")");
+    }
+    return static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 |
+           static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24;
+}
+
+}  // namespace
+
+void Session::save_pool(const std::string& path) const {
+    const ModelInfo& info = impl_->model->info();
+    std::ostringstream body;
+    {
+        std::lock_guard<std::mutex> lock(impl_->pool->mutex);
+        impl_->pool->pool.write(body);
+    }
+    // Written to a temporary file, then renamed: a reader never sees half a file.
+    const std::string tmp = path + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) throw ConfigError("path: cannot write the pool file '" + tmp + "'");
+        out.write(kPoolMagic, sizeof(kPoolMagic));
+        write_u32(out, kPoolVersion);
+        write_u32(out, static_cast<uint32_t>(info.vocab_size));
+        write_u32(out, static_cast<uint32_t>(info.architecture.size()));
+        out.write(info.architecture.data(), static_cast<std::streamsize>(info.architecture.size()));
+        const std::string data = body.str();
+        out.write(data.data(), static_cast<std::streamsize>(data.size()));
+        out.flush();
+        if (!out) throw ConfigError("path: writing the pool file '" + tmp + "' failed");
+    }
+    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw ConfigError("path: cannot rename '" + tmp + "' to '" + path + "'");
+    }
+}
+
+void Session::load_pool(const std::string& path) {
+    const ModelInfo& info = impl_->model->info();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw ConfigError("path: cannot open the pool file '" + path + "'");
+    char magic[sizeof(kPoolMagic)] = {};
+    if (!in.read(magic, sizeof(magic)) || std::memcmp(magic, kPoolMagic, sizeof(magic)) != 0) {
+        throw ConfigError(path + ": not a pylookahead pool file (magic must be 'PYLAPOOL')");
+    }
+    const uint32_t version = read_u32(in, path, "version");
+    if (version != kPoolVersion) {
+        throw ConfigError(path + ": pool file version must be " + std::to_string(kPoolVersion) +
+                          " (got " + std::to_string(version) + ")");
+    }
+    const uint32_t vocab = read_u32(in, path, "vocab_size");
+    if (vocab != static_cast<uint32_t>(info.vocab_size)) {
+        throw ConfigError(path + ": pool vocab_size must equal the model's " +
+                          std::to_string(info.vocab_size) + " (got " + std::to_string(vocab) + ")");
+    }
+    const uint32_t arch_len = read_u32(in, path, "architecture");
+    if (arch_len > 256) {
+        throw ConfigError(path + ": pool architecture name length must be <= 256 (got " +
+                          std::to_string(arch_len) + ")");
+    }
+    std::string arch(arch_len, '\0');
+    if (!in.read(arch.data(), arch_len)) {
+        throw ConfigError(path + ": not a pylookahead pool file (truncated in architecture)");
+    }
+    if (arch != info.architecture) {
+        throw ConfigError(path + ": pool architecture must equal the model's '" +
+                          info.architecture + "' (got '" + arch + "')");
+    }
+    NgramPool pool = NgramPool::read(in, path, info.vocab_size);
+    if (in.peek() != std::char_traits<char>::eof()) {
+        throw ConfigError(path + ": trailing bytes after the pool data");
+    }
+    std::lock_guard<std::mutex> lock(impl_->pool->mutex);
+    impl_->pool->pool = std::move(pool);
+}
+
+void Session::share_pool(Session& other) {
+    const ModelInfo& mine = impl_->model->info();
+    const ModelInfo& theirs = other.impl_->model->info();
+    if (mine.vocab_size != theirs.vocab_size || mine.architecture != theirs.architecture) {
+        throw ConfigError("share_pool: the other Session's model must have the same architecture "
+                          "and vocab_size (" + mine.architecture + ", " +
+                          std::to_string(mine.vocab_size) + "; got " + theirs.architecture +
+                          ", " + std::to_string(theirs.vocab_size) + ")");
+    }
+    impl_->pool = other.impl_->pool;
 }
 
 }  // namespace pylookahead

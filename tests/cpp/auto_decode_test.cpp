@@ -35,8 +35,9 @@ class TimedOracle : public OracleLm {
         : OracleLm(std::move(seq), kVocab, capacity), cost_(std::move(cost)) {}
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax) override {
-        OracleLm::forward_step(tokens, positions, mask, out_rows, exact_rows, argmax);
+                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                      TokenSampler* sampler) override {
+        OracleLm::forward_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
         now_ += cost_(static_cast<int>(tokens.size()));
         ++steps_by_tokens_[tokens.size()];
     }
@@ -293,7 +294,8 @@ class CostOnlyModel : public StepModel {
         : capacity_(capacity), cost_(std::move(cost)) {}
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t*, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>&, std::vector<TokenId>* argmax) override {
+                      const std::vector<int32_t>&, std::vector<TokenId>* argmax,
+                      TokenSampler*) override {
         ASSERT_LE(kv_len_ + static_cast<int>(tokens.size()), capacity_);
         for (size_t i = 0; i < positions.size(); ++i) ASSERT_GE(positions[i], kv_len_);
         ++num_forward_;
@@ -303,7 +305,7 @@ class CostOnlyModel : public StepModel {
     void commit(const std::vector<int32_t>& rows) override { kv_len_ += static_cast<int>(rows.size()); }
     int kv_len() const override { return kv_len_; }
     int kv_capacity() const override { return capacity_; }
-    void reset() override { kv_len_ = 0; }
+    void truncate(int rows) override { kv_len_ = rows; }
     std::function<double()> clock() {
         return [this] { return now_; };
     }

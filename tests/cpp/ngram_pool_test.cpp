@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+#include <string>
 #include <vector>
+
+#include "pylookahead/errors.h"
 
 namespace pylookahead {
 namespace {
@@ -90,6 +94,61 @@ TEST(NgramPool, SourceIsThatOfTheLatestInsert) {
     c = pool.find(7);
     EXPECT_EQ(entries(pool, 7), (Rows{{1, 2}, {3, 4}}));
     EXPECT_EQ(c.sources[1], NgramSource::kSeed);
+}
+
+TEST(NgramPool, ReshapedKeepsPrefixesAndTheMostRecent) {
+    NgramPool pool(/*ngram_len=*/3, /*capacity=*/3);
+    const TokenId a[] = {1, 2, 3}, b[] = {1, 2, 4}, c[] = {5, 6, 7};
+    pool.insert(9, a, NgramSource::kSeed);
+    pool.insert(9, b, NgramSource::kWindow);
+    pool.insert(9, c, NgramSource::kWindow);
+    // Shorter: {1,2} twice collapses into one entry, refreshed by the later insert.
+    const NgramPool shorter = pool.reshaped(2, 3);
+    EXPECT_EQ(entries(shorter, 9), (Rows{{1, 2}, {5, 6}}));
+    // Smaller capacity keeps the newest.
+    EXPECT_EQ(entries(pool.reshaped(3, 1), 9), (Rows{{5, 6, 7}}));
+    // Longer n-grams cannot be made up: empty.
+    EXPECT_EQ(pool.reshaped(4, 3).size(), 0);
+}
+
+TEST(NgramPool, WriteThenReadIsTheSamePool) {
+    NgramPool pool(2, 2);
+    const TokenId a[] = {1, 2}, b[] = {3, 4}, c[] = {5, 6};
+    pool.insert(7, a, NgramSource::kSeed);
+    pool.insert(7, b, NgramSource::kWindow);
+    pool.insert(0, c, NgramSource::kWindow);
+    std::stringstream data;
+    pool.write(data);
+    const NgramPool back = NgramPool::read(data, "mem", /*vocab_size=*/10);
+    EXPECT_TRUE(back == pool);
+    EXPECT_EQ(entries(back, 7), (Rows{{1, 2}, {3, 4}}));
+    EXPECT_EQ(back.find(7).sources[1], NgramSource::kWindow);
+}
+
+std::string error_of(const std::string& bytes, int vocab_size) {
+    std::stringstream data(bytes);
+    try {
+        NgramPool::read(data, "pool.bin", vocab_size);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(NgramPool, ReadRejectsTruncatedOrOutOfRangeData) {
+    NgramPool pool(2, 2);
+    const TokenId a[] = {1, 8};
+    pool.insert(7, a, NgramSource::kSeed);
+    std::stringstream data;
+    pool.write(data);
+    const std::string bytes = data.str();
+    EXPECT_NE(error_of(bytes.substr(0, bytes.size() - 2), 10).find("pool.bin: truncated"),
+              std::string::npos);
+    // Token 8 is outside a vocabulary of 8.
+    EXPECT_NE(error_of(bytes, 8).find("pool.bin: pool token must be in [0, 7] (got 8)"),
+              std::string::npos)
+        << error_of(bytes, 8);
+    EXPECT_EQ(error_of(bytes, 10), "");
 }
 
 }  // namespace

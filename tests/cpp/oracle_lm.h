@@ -27,7 +27,9 @@ class OracleLm : public StepModel {
 
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax) override {
+                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                      TokenSampler* sampler = nullptr) override {
+        ASSERT_EQ(sampler, nullptr) << "OracleLm has no logits to sample from";
         const int T = static_cast<int>(tokens.size());
         ++num_forward_;
         ASSERT_EQ(positions.size(), tokens.size());
@@ -83,7 +85,10 @@ class OracleLm : public StepModel {
 
     int kv_len() const override { return kv_len_; }
     int kv_capacity() const override { return capacity_; }
-    void reset() override { kv_len_ = 0; }
+    void truncate(int rows) override {
+        ASSERT_TRUE(rows >= 0 && rows <= kv_len_);
+        kv_len_ = rows;
+    }
 
     int num_forward() const { return num_forward_; }
 

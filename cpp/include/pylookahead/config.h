@@ -56,14 +56,35 @@ struct AutoLookahead {
     void validate() const;
 };
 
-// Options of one Session::generate() call.
+// Options of one Session::generate() call. Every option is per call.
 struct GenerationConfig {
     int max_new_tokens = 128;              // stop after this many new tokens (>= 1)
     std::vector<TokenId> stop_token_ids;   // extra end ids, on top of the model's own
     bool use_model_end_ids = true;         // also stop on the model's ModelInfo::eos_token_ids
 
-    // Throws ConfigError if max_new_tokens < 1 or a stop id is negative. Whether the stop ids
-    // are below the model's vocab_size is checked by Session::generate.
+    // Sampling. temperature 0 is greedy decoding (the other three are then unused). Otherwise
+    // the token at absolute position p is drawn from softmax(logits / temperature), cut to the
+    // top_k most likely tokens and then to the smallest set whose probability reaches top_p,
+    // with the uniform number uniform_at(seed, p) (a counter-based stream): the same seed gives
+    // the same tokens with or without lookahead, whatever the steps accepted.
+    double temperature = 0.0;              // >= 0, finite
+    int top_k = 0;                         // keep the k most likely tokens; 0 = all (>= 0)
+    double top_p = 1.0;                    // nucleus mass, in (0, 1]; 1 = off
+    uint64_t seed = 0;                     // keys the random stream
+
+    // Context kept from this Session's earlier calls (see docs/session.md):
+    // reuse_cache: keep the cached K/V rows of the longest common prefix of `prompt` and the
+    //   Session's last sequence (its previous prompt + output), and prefill only the rest. The
+    //   rows then come from earlier forward passes, whose floating-point rounding may differ in
+    //   the last bits from one prefill of the whole prompt.
+    // keep_pool: keep the n-gram pool of earlier calls (and of Session::load_pool or a shared
+    //   pool); false starts lookahead from an empty pool (clearing a shared one).
+    bool reuse_cache = false;
+    bool keep_pool = false;
+
+    // Throws ConfigError if max_new_tokens < 1, a stop id is negative, temperature < 0 or not
+    // finite, top_k < 0, or top_p is not in (0, 1]. Whether the stop ids are below the model's
+    // vocab_size is checked by Session::generate.
     void validate() const;
 };
 

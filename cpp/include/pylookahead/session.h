@@ -72,11 +72,14 @@ class Model {
 };
 
 // Called by Session::generate after every forward pass (the prefill first) with the tokens that
-// pass emitted, already truncated at a stop; on the generating thread, before generate returns.
-// Return false to stop generation after this pass (StopReason::kCallback, unless this chunk
-// already hit an end id or max_new_tokens). An exception thrown by the callback ends generate()
-// and propagates to its caller.
-using OnTokens = std::function<bool(const std::vector<TokenId>& tokens)>;
+// pass emitted (1..N of them), already truncated at an end id or max_new_tokens; on the
+// generating thread, before generate returns. This is the streaming hook. Return true (or a
+// default StreamControl) to go on; false to stop after this chunk (StopReason::kCallback, unless
+// the chunk already hit an end id or max_new_tokens); StreamControl::stop_after(k) to stop and
+// keep only the chunk's first k tokens (e.g. a stop string completed at its k-th token: the
+// result and the cache then end exactly where one-token-per-step decoding would have stopped).
+// An exception thrown by the callback ends generate() and propagates to its caller.
+using OnTokens = std::function<StreamControl(const std::vector<TokenId>& tokens)>;
 
 // Generation state for one sequence (batch 1): a static KV cache allocated once at creation and
 // the lookahead state. Owns its cache memory (kv_capacity() rows, on the Model's device) and
@@ -95,11 +98,12 @@ class Session {
     Session(const Session&) = delete;
     Session& operator=(const Session&) = delete;
 
-    // Greedy decoding of `prompt` (token ids), starting from an empty cache: no state carries
-    // over between calls. With `lookahead` set, runs Lookahead decoding, whose output equals
-    // greedy decoding token for token (it only takes fewer forward passes). Generation stops at
-    // an end id (kept as the last token), at gen.max_new_tokens, or when `on_tokens` returns
-    // false; `on_tokens` may be empty.
+    // Greedy decoding of `prompt` (token ids), or sampling when gen.temperature > 0. It starts
+    // from an empty cache and an empty n-gram pool unless gen.reuse_cache / gen.keep_pool say
+    // otherwise. With `lookahead` set, runs Lookahead decoding, whose output equals plain
+    // decoding (greedy, or sampled with the same seed) token for token; it only takes fewer
+    // forward passes. Generation stops at an end id (kept as the last token), at
+    // gen.max_new_tokens, or when `on_tokens` says so; `on_tokens` may be empty.
     // Throws ConfigError on bad options (GenerationConfig / LookaheadConfig::validate), an empty
     // prompt, prompt or stop ids outside [0, vocab_size), or when prompt length +
     // max_new_tokens + lookahead->tokens_per_step() (1 for greedy) exceeds kv_capacity().
@@ -138,6 +142,29 @@ class Session {
     // Throws ConfigError on an empty prompt, ids outside [0, vocab_size), or a prompt longer
     // than kv_capacity().
     std::vector<float> prompt_logits(const std::vector<TokenId>& prompt);
+
+    // ---- Context kept between calls (GenerationConfig::reuse_cache / keep_pool) ----
+    // Forgets the cached context and the n-gram pool. A shared pool is left to the other
+    // Sessions: this one gets a fresh private pool.
+    void reset();
+    // Tokens whose K/V rows the cache holds now (prompt + output but its last token, after a
+    // generate(); 0 after reset(), calibrate(), prompt_logits() or an error).
+    int cached_tokens() const;
+    // N-grams in this Session's pool.
+    int64_t pool_size() const;
+    // Writes the pool to `path` (binary, see docs/session.md; via a temporary file and a
+    // rename). Throws ConfigError when the file cannot be written.
+    void save_pool(const std::string& path) const;
+    // Replaces the pool's n-grams with those saved in `path` (into the shared pool, if this
+    // Session shares one). Use them with GenerationConfig::keep_pool. Throws ConfigError naming
+    // the file and the field when it cannot be read, is corrupt, or was saved for a model with
+    // another architecture or vocab_size.
+    void load_pool(const std::string& path);
+    // From now on this Session uses `other`'s pool (its own is dropped): both read and grow one
+    // pool, under a mutex, also from parallel threads. Lookahead output does not depend on the
+    // pool's content, only the speed does. Throws ConfigError if the models differ in
+    // architecture or vocab_size.
+    void share_pool(Session& other);
 
     // The Model this Session runs; the reference lives as long as this Session.
     const Model& model() const;

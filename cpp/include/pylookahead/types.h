@@ -15,7 +15,25 @@ using TokenId = int32_t;
 enum class StopReason {
     kEndToken,      // an end id (the model's or GenerationConfig::stop_token_ids) was produced
     kMaxNewTokens,  // GenerationConfig::max_new_tokens reached
-    kCallback,      // the on_tokens callback returned false
+    kCallback,      // the on_tokens callback asked to stop (e.g. a stop string matched)
+};
+
+// What an OnTokens callback (session.h) answers after each chunk of emitted tokens. A plain
+// bool converts to it: true goes on, false stops after this chunk.
+struct StreamControl {
+    bool stop = false;  // end generation after this chunk (StopReason::kCallback)
+    int keep = -1;      // with stop: tokens of this chunk to keep, 0 .. chunk size; -1 = all.
+                        // Dropped tokens leave no trace: not returned, not in the KV cache.
+
+    StreamControl() = default;
+    StreamControl(bool go_on) : stop(!go_on) {}  // NOLINT: implicit on purpose
+    // Stop, keeping the first `keep` tokens of the chunk.
+    static StreamControl stop_after(int keep) {
+        StreamControl c;
+        c.stop = true;
+        c.keep = keep;
+        return c;
+    }
 };
 
 // One point of a Session's step-cost table (Session::calibrate): a decode forward pass of
@@ -52,6 +70,7 @@ struct GenerationStats {
     int64_t new_tokens = 0;     // tokens returned (end id included when one stopped generation)
     int64_t steps = 0;          // forward passes after prefill
     int64_t prompt_tokens = 0;  // prompt tokens run in prefill (after any reuse of the cache)
+    int64_t reused_tokens = 0;  // prompt tokens whose cached K/V rows were reused (reuse_cache)
     double prefill_s = 0.0;     // wall time of the prefill forward pass
     double decode_s = 0.0;      // wall time of all steps after prefill
     // accept_histogram[k] = number of steps that emitted k tokens (k = 1..N; N = 1 for greedy);

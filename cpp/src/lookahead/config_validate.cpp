@@ -1,4 +1,5 @@
 // validate() of the option structs that the std-only core owns.
+#include <cmath>
 #include <string>
 
 #include "pylookahead/config.h"
@@ -61,6 +62,16 @@ void GenerationConfig::validate() const {
                               std::to_string(stop_token_ids[i]) + " at index " +
                               std::to_string(i) + ")");
         }
+    }
+    if (!(temperature >= 0.0) || !std::isfinite(temperature)) {
+        throw ConfigError("temperature must be finite and >= 0 (got " + std::to_string(temperature) +
+                          ")");
+    }
+    if (top_k < 0) {
+        throw ConfigError("top_k must be >= 0 (got " + std::to_string(top_k) + ")");
+    }
+    if (!(top_p > 0.0 && top_p <= 1.0)) {
+        throw ConfigError("top_p must be in (0, 1] (got " + std::to_string(top_p) + ")");
     }
 }
 

@@ -40,6 +40,11 @@ void validate_request(const DecodeRequest& request) {
                           std::to_string(request.max_new_tokens) + ")");
     }
     if (request.lookahead) request.lookahead->validate();
+    request.sampling.validate();
+    if (request.reuse_rows < 0 || request.reuse_rows >= static_cast<int64_t>(request.prompt.size())) {
+        throw ConfigError("reuse_rows must be in [0, prompt size) (got " +
+                          std::to_string(request.reuse_rows) + ")");
+    }
 }
 
 // Appends emitted tokens to the result, cutting at the first end id or at max_new_tokens.
@@ -79,7 +84,7 @@ class Emitter {
 }  // namespace
 
 GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
-                            const std::function<bool(const std::vector<TokenId>&)>& on_tokens) {
+                            const std::function<StreamControl(const std::vector<TokenId>&)>& on_tokens) {
     validate_request(request);
     StepPolicy* const policy = request.policy;
     PYLA_CHECK(!(policy && request.lookahead), "both a lookahead config and an automatic policy");
@@ -88,8 +93,12 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     std::optional<LookaheadConfig> running;  // config of `algo` (nullopt: greedy steps)
     if (request.lookahead) {
         running = request.lookahead;
-        algo.emplace(*request.lookahead);
+        algo.emplace(*request.lookahead, request.pool);
     }
+    std::optional<TokenSampler> sampler_storage;
+    if (request.sampling.temperature > 0.0) sampler_storage.emplace(request.sampling);
+    TokenSampler* const sampler = sampler_storage ? &*sampler_storage : nullptr;
+    bool keep_pool = request.keep_pool;  // the first lookahead run's; later runs keep it
     const int tokens_per_step = policy ? std::max(1, policy->max_tokens_per_step())
                                        : (algo ? algo->budget().tokens_per_step : 1);
     const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
@@ -103,7 +112,6 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
 
     GenerationResult result;
     GenerationStats& stats = result.stats;
-    stats.prompt_tokens = prompt_len;
     const int max_n = policy ? policy->max_ngram_size() : (algo ? algo->budget().max_accept : 1);
     stats.accept_histogram.assign(max_n + 1, 0);
     Emitter emitter(request, &result);
@@ -114,28 +122,55 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     std::vector<uint8_t> trimmed_mask;
     // Emits a step's tokens, reports them, and returns how many were kept.
     auto finish_step = [&](const std::vector<TokenId>& tokens) {
-        const int kept = emitter.emit(tokens);
-        const std::vector<TokenId> chunk(result.tokens.end() - kept, result.tokens.end());
-        if (policy) policy->on_emitted(chunk.data(), kept);
-        const bool go_on = !on_tokens || on_tokens(chunk);
-        if (!go_on && !emitter.stopped()) emitter.stop(StopReason::kCallback);
+        int kept = emitter.emit(tokens);
+        if (on_tokens) {
+            const std::vector<TokenId> chunk(result.tokens.end() - kept, result.tokens.end());
+            const StreamControl control = on_tokens(chunk);
+            if (control.stop) {
+                if (control.keep < -1 || control.keep > kept) {
+                    throw ConfigError("on_tokens: keep must be in [0, " + std::to_string(kept) +
+                                      "] (the chunk size) or -1 (got " +
+                                      std::to_string(control.keep) + ")");
+                }
+                if (control.keep >= 0 && control.keep < kept) {
+                    result.tokens.resize(result.tokens.size() - (kept - control.keep));
+                    kept = control.keep;
+                    emitter.stop(StopReason::kCallback);
+                } else if (!emitter.stopped()) {
+                    emitter.stop(StopReason::kCallback);
+                }
+            }
+        }
+        if (policy) policy->on_emitted(result.tokens.data() + result.tokens.size() - kept, kept);
         return kept;
     };
 
-    // Prefill: the whole prompt, causal; its last row gives the first new token.
-    model.reset();
+    // Prefill: the prompt after the reused rows, causal; its last row gives the first new token.
+    const int reused = request.reuse_rows;
+    PYLA_CHECK(reused <= model.kv_len(), "reuse_rows " << reused << " > kv_len " << model.kv_len());
+    model.truncate(reused);
+    stats.reused_tokens = reused;
+    stats.prompt_tokens = prompt_len - reused;
     if (policy) policy->start(request.prompt);
     const double prefill_start = now();
-    std::vector<int32_t> positions(prompt_len);
-    for (int64_t i = 0; i < prompt_len; ++i) positions[i] = static_cast<int32_t>(i);
-    model.forward_step(request.prompt, positions, nullptr, {static_cast<int32_t>(prompt_len - 1)},
-                       /*exact_rows=*/{}, &argmax);
-    model.commit(positions);  // rows 0..L-1, which are also the positions
+    const int64_t fresh = prompt_len - reused;
+    std::vector<int32_t> positions(fresh), rows(fresh);
+    for (int64_t i = 0; i < fresh; ++i) {
+        positions[i] = static_cast<int32_t>(reused + i);
+        rows[i] = static_cast<int32_t>(i);
+    }
+    const std::vector<TokenId> fresh_tokens(request.prompt.begin() + reused, request.prompt.end());
+    model.forward_step(fresh_tokens, positions, nullptr, {static_cast<int32_t>(fresh - 1)},
+                       /*exact_rows=*/{}, &argmax, sampler);
+    model.commit(rows);
     stats.prefill_s = now() - prefill_start;
     PYLA_CHECK(argmax.size() == 1, "prefill returned " << argmax.size() << " argmax rows");
     TokenId x = argmax[0];
     finish_step({x});
-    if (algo) algo->start(request.prompt, x);
+    if (algo && !emitter.stopped()) {
+        algo->start(request.prompt, x, keep_pool);
+        keep_pool = true;
+    }
 
     const double decode_start = now();
     std::vector<TokenId> history;  // auto mode: prompt + emitted tokens but the last, on a switch
@@ -154,10 +189,11 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                                "policy asked for " << running->tokens_per_step()
                                                    << " tokens per step, above its maximum "
                                                    << tokens_per_step);
-                    algo.emplace(*running);
+                    algo.emplace(*running, request.pool);
                     history.assign(request.prompt.begin(), request.prompt.end());
                     history.insert(history.end(), result.tokens.begin(), result.tokens.end() - 1);
-                    algo->start(history, x);
+                    algo->start(history, x, keep_pool);
+                    keep_pool = true;
                 }
             }
         }
@@ -193,12 +229,12 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                     if (r < t_real) trimmed_exact.push_back(r);
                 }
                 model.forward_step(trimmed, trimmed_positions, trimmed_mask.data(), trimmed_out,
-                                   trimmed_exact, &argmax);
+                                   trimmed_exact, &argmax, sampler);
                 // out_rows ascend, so the kept ones are a prefix; padded rows' argmax is unused.
                 argmax.resize(layout.out_rows.size(), 0);
             } else {
                 model.forward_step(tokens, positions, layout.mask.data(), layout.out_rows,
-                                   layout.exact_rows, &argmax);
+                                   layout.exact_rows, &argmax, sampler);
             }
             const StepOutcome outcome = algo->update(argmax);
             kept = finish_step(outcome.emitted);
@@ -215,12 +251,12 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
             report.window_candidates = outcome.window_candidates;
             report.window_matched = outcome.window_matched;
         } else {
-            model.forward_step({x}, {p}, nullptr, {0}, /*exact_rows=*/{0}, &argmax);
+            model.forward_step({x}, {p}, nullptr, {0}, /*exact_rows=*/{0}, &argmax, sampler);
             PYLA_CHECK(argmax.size() == 1, "greedy step returned " << argmax.size() << " rows");
             kept = finish_step({argmax[0]});
-            model.commit({0});
+            model.commit(kept > 0 ? std::vector<int32_t>{0} : std::vector<int32_t>{});
         }
-        x = result.tokens.back();
+        x = result.tokens.empty() ? x : result.tokens.back();
         ++stats.steps;
         ++stats.accept_histogram[kept];
         const double step_s = now() - step_start;
@@ -233,7 +269,7 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     }
     stats.decode_s = now() - decode_start;
     stats.new_tokens = static_cast<int64_t>(result.tokens.size());
-    if (algo) stats.pool_size = algo->pool().size();
+    if (algo) stats.pool_size = algo->pool_size();
     if (policy) stats.auto_decisions = policy->decisions();
     return result;
 }
@@ -267,7 +303,7 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
     }
     std::vector<TokenId> argmax;
     model.reset();
-    model.forward_step(tokens, positions, nullptr, {context - 1}, {}, &argmax);
+    model.forward_step(tokens, positions, nullptr, {context - 1}, {}, &argmax, nullptr);
     model.commit(positions);
 
     std::vector<StepCost> table;
@@ -300,7 +336,7 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
         for (int r = 0; r <= options.repetitions; ++r) {  // r = 0 warms up, untimed
             const double t0 = now();
             model.forward_step(step_tokens, step_positions, mask, layout.out_rows,
-                               layout.exact_rows, &argmax);
+                               layout.exact_rows, &argmax, nullptr);
             const double dt = now() - t0;
             if (r > 0) times.push_back(dt);
         }

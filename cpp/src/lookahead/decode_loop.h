@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "lookahead/auto_planner.h"
+#include "lookahead/ngram_pool.h"
+#include "lookahead/sampler.h"
 #include "pylookahead/config.h"
 #include "pylookahead/types.h"
 
@@ -33,12 +35,15 @@ class StepModel {
     //                    the verification candidates), ascending. A model must compute these
     //                    exactly as a one-row step at the same position would (bit for bit), so
     //                    that lookahead output equals greedy output; other rows are free.
-    // argmax    [R]      out: argmax over the vocabulary of each row in out_rows
+    // argmax    [R]      out: the token chosen for each row in out_rows: the argmax over the
+    //                    vocabulary, or with `sampler` sampler->sample(row logits as fp32, V,
+    //                    positions[row] + 1), the position of the token the row predicts
+    // sampler            nullptr = argmax
     virtual void forward_step(const std::vector<TokenId>& tokens,
                               const std::vector<int32_t>& positions, const uint8_t* mask,
                               const std::vector<int32_t>& out_rows,
                               const std::vector<int32_t>& exact_rows,
-                              std::vector<TokenId>* argmax) = 0;
+                              std::vector<TokenId>* argmax, TokenSampler* sampler) = 0;
 
     // Keeps step rows src_rows[0..n) (ascending, src_rows[i] >= i) as committed rows
     // kv_len .. kv_len+n-1, in that order, and drops the other step rows. kv_len += n.
@@ -48,8 +53,10 @@ class StepModel {
     virtual int kv_len() const = 0;
     // Total rows (committed + scratch) the cache can hold.
     virtual int kv_capacity() const = 0;
+    // Keeps the first `rows` committed rows (rows <= kv_len()), drops the rest.
+    virtual void truncate(int rows) = 0;
     // Drops all committed rows (kv_len = 0).
-    virtual void reset() = 0;
+    void reset() { truncate(0); }
     // True if steps must keep the fixed (W + G)(N - 1) rows (e.g. for CUDA-graph replay); false
     // lets the loop drop the padded verification slots of a step (cheaper on a CPU).
     virtual bool prefers_fixed_shapes() const { return false; }
@@ -61,6 +68,15 @@ struct DecodeRequest {
     int max_new_tokens = 128;                    // >= 1
     std::vector<TokenId> end_ids;                // generation stops after emitting any of these
     std::optional<LookaheadConfig> lookahead;    // nullopt = plain greedy (T = 1 per step)
+    // Token choice: argmax, or sampling (GenerationConfig's temperature, top_k, top_p, seed).
+    GenerationConfig sampling;
+    // Committed rows of the model's cache that hold prompt[0..reuse_rows) and are kept (the
+    // rest are dropped); 0 <= reuse_rows < prompt size.
+    int reuse_rows = 0;
+    // Where lookahead keeps its n-grams (null: a private pool per lookahead run), and whether
+    // the first lookahead run keeps what the pool already holds.
+    std::shared_ptr<SharedPool> pool;
+    bool keep_pool = false;
     // Automatic mode (lookahead must be nullopt): asked for the configuration of every step;
     // not owned. The prompt + max_new_tokens + policy->max_tokens_per_step() must fit the cache.
     StepPolicy* policy = nullptr;
@@ -69,15 +85,18 @@ struct DecodeRequest {
     std::function<double()> clock;
 };
 
-// Runs prefill + decode on `model` (whose cache is reset first). Output equals greedy decoding
-// token for token: an end id or max_new_tokens reached inside a multi-token acceptance
-// truncates exactly there (the end id is kept). `on_tokens` (may be empty) gets each pass's
-// emitted tokens after truncation, starting with the prefill's first token; returning false
-// stops with kCallback unless that chunk already hit a stop (kEndToken / kMaxNewTokens win).
+// Runs prefill + decode on `model` (whose cache is cut to request.reuse_rows first). Output
+// equals plain decoding (one token per step; greedy or sampled) token for token: an end id or
+// max_new_tokens reached inside a multi-token acceptance truncates exactly there (the end id is
+// kept). `on_tokens` (may be empty) gets each pass's emitted tokens after truncation, starting
+// with the prefill's first token, and answers a StreamControl: stop (kCallback unless that chunk
+// already hit a stop: kEndToken / kMaxNewTokens win), optionally keeping only a prefix of the
+// chunk (then kCallback; the dropped tokens are neither returned nor committed to the cache).
+// On return the cache holds prompt + result.tokens minus the last token.
 // Throws ConfigError on an empty prompt, negative ids, max_new_tokens < 1, an invalid
 // LookaheadConfig, or if the prompt + max_new_tokens + one step's tokens exceed kv_capacity().
 GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
-                            const std::function<bool(const std::vector<TokenId>&)>& on_tokens);
+                            const std::function<StreamControl(const std::vector<TokenId>&)>& on_tokens);
 
 // Options of calibrate_step_costs.
 struct CalibrationOptions {

@@ -7,16 +7,30 @@
 
 namespace pylookahead {
 
-LookaheadAlgorithm::LookaheadAlgorithm(const LookaheadConfig& config)
+LookaheadAlgorithm::LookaheadAlgorithm(const LookaheadConfig& config,
+                                       std::shared_ptr<SharedPool> pool)
     : config_(config),
       layout_(build_step_layout(step_budget(config))),
-      pool_(config.ngram_size - 1, config.verification_set_size),
+      shared_(pool ? std::move(pool) : std::make_shared<SharedPool>()),
       window_(config.window_size, config.ngram_size),
       tokens_(layout_.budget.tokens_per_step, 0),
       next_(config.window_size, 0) {}
 
-void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first_token) {
-    pool_.clear();
+int64_t LookaheadAlgorithm::pool_size() const {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    return shared_->pool.size();
+}
+
+void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first_token,
+                               bool keep_pool) {
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    NgramPool& pool = shared_->pool;
+    const int len = config_.ngram_size - 1, cap = config_.verification_set_size;
+    if (!keep_pool) {
+        pool = NgramPool(len, cap);
+    } else if (pool.ngram_len() != len || pool.capacity() != cap) {
+        pool = pool.reshaped(len, cap);
+    }
     history_.clear();
     window_.init(prompt, config_.seed);
     if (!config_.seed_from_prompt) return;
@@ -32,7 +46,7 @@ void LookaheadAlgorithm::append_history(const TokenId* tokens, int n) {
         const size_t size = history_.size();
         if (size < static_cast<size_t>(N)) continue;
         const TokenId* gram = history_.data() + size - N;
-        pool_.insert(gram[0], gram + 1, NgramSource::kSeed);
+        shared_->pool.insert(gram[0], gram + 1, NgramSource::kSeed);
     }
 }
 
@@ -43,11 +57,14 @@ const std::vector<TokenId>& LookaheadAlgorithm::prepare(TokenId x) {
     std::copy(cells.begin(), cells.end(), tokens_.begin());
     tokens_[0] = x;
 
-    const NgramPool::Candidates cands = pool_.find(x);
-    num_candidates_ = std::min(cands.count, b.verification_set_size);
-    candidate_sources_.assign(cands.sources, cands.sources + num_candidates_);
     auto slots = tokens_.begin() + b.verify_begin;
-    std::copy(cands.tokens, cands.tokens + num_candidates_ * len, slots);
+    {
+        std::lock_guard<std::mutex> lock(shared_->mutex);
+        const NgramPool::Candidates cands = shared_->pool.find(x);
+        num_candidates_ = std::min(cands.count, b.verification_set_size);
+        candidate_sources_.assign(cands.sources, cands.sources + num_candidates_);
+        std::copy(cands.tokens, cands.tokens + num_candidates_ * len, slots);
+    }
     std::fill(slots + num_candidates_ * len, tokens_.end(), x);  // padding: outputs ignored
     return tokens_;
 }
@@ -81,11 +98,14 @@ StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax) {
         out.window_matched = std::max(out.window_matched, verdict.matched[c]);
     }
 
-    window_.harvest(x, next_.data(), &pool_);
-    window_.shift(next_.data());
-    if (config_.seed_from_prompt) {
-        append_history(out.emitted.data(), static_cast<int>(out.emitted.size()));
+    {
+        std::lock_guard<std::mutex> lock(shared_->mutex);
+        window_.harvest(x, next_.data(), &shared_->pool);
+        if (config_.seed_from_prompt) {
+            append_history(out.emitted.data(), static_cast<int>(out.emitted.size()));
+        }
     }
+    window_.shift(next_.data());
     return out;
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "lookahead/jacobi_window.h"
@@ -43,20 +44,26 @@ struct StepOutcome {
 // State of one generation. Not thread-safe; cheap to restart with start().
 class LookaheadAlgorithm {
   public:
-    // `config` must be valid (LookaheadConfig::validate()).
-    explicit LookaheadAlgorithm(const LookaheadConfig& config);
+    // `config` must be valid (LookaheadConfig::validate()). `pool`: where the n-grams live (kept
+    // across generations, maybe shared with other threads; every access is under its mutex);
+    // null = a private pool.
+    explicit LookaheadAlgorithm(const LookaheadConfig& config,
+                                std::shared_ptr<SharedPool> pool = nullptr);
 
     const StepBudget& budget() const { return layout_.budget; }
     const StepLayout& layout() const { return layout_; }
-    const NgramPool& pool() const { return pool_; }
+    // The pool, unlocked: for single-threaded callers (tests). pool_size() locks.
+    const NgramPool& pool() const { return shared_->pool; }
+    int64_t pool_size() const;
     const JacobiWindow& window() const { return window_; }
     // Real (unpadded) candidates of the last prepare(); they fill the first verification slots,
     // so rows [0, budget().verify_begin + prepared_candidates() * (N-1)) hold every real row.
     int prepared_candidates() const { return num_candidates_; }
 
-    // Clears the pool, fills the window from `prompt` and, with seed_from_prompt, puts every
+    // Clears the pool (keep_pool: keeps its n-grams instead, reshaped to this config's N and G
+    // when they differ), fills the window from `prompt` and, with seed_from_prompt, puts every
     // N-gram of prompt + first_token in the pool. first_token = the prefill's argmax.
-    void start(const std::vector<TokenId>& prompt, TokenId first_token);
+    void start(const std::vector<TokenId>& prompt, TokenId first_token, bool keep_pool = false);
 
     // Tokens of the step whose input token is x (the last emitted token): [T], valid until the
     // next call. The verification slots hold the pool's list for key x, oldest first.
@@ -68,11 +75,11 @@ class LookaheadAlgorithm {
     StepOutcome update(const std::vector<TokenId>& argmax);
 
   private:
-    void append_history(const TokenId* tokens, int n);
+    void append_history(const TokenId* tokens, int n);  // caller holds shared_->mutex
 
     LookaheadConfig config_;
     StepLayout layout_;
-    NgramPool pool_;
+    std::shared_ptr<SharedPool> shared_;          // never null
     JacobiWindow window_;
     std::vector<TokenId> history_;                // prompt + emitted tokens (only with seeding)
     std::vector<TokenId> tokens_;                 // [T] of the last prepare()

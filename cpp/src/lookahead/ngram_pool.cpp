@@ -1,6 +1,11 @@
 #include "lookahead/ngram_pool.h"
 
 #include <algorithm>
+#include <istream>
+#include <ostream>
+#include <string>
+
+#include "pylookahead/errors.h"
 
 #include "check.h"
 
@@ -40,6 +45,119 @@ int64_t NgramPool::size() const {
     int64_t n = 0;
     for (const auto& kv : lists_) n += static_cast<int64_t>(kv.second.sources.size());
     return n;
+}
+
+NgramPool NgramPool::reshaped(int ngram_len, int capacity) const {
+    NgramPool out(ngram_len, capacity);
+    if (ngram_len > ngram_len_) return out;
+    for (const auto& [key, list] : lists_) {
+        const int count = static_cast<int>(list.sources.size());
+        for (int i = 0; i < count; ++i) {
+            out.insert(key, list.tokens.data() + static_cast<size_t>(i) * ngram_len_, list.sources[i]);
+        }
+    }
+    return out;
+}
+
+bool operator==(const NgramPool& a, const NgramPool& b) {
+    if (a.ngram_len_ != b.ngram_len_ || a.capacity_ != b.capacity_) return false;
+    if (a.lists_.size() != b.lists_.size()) return false;
+    for (const auto& [key, list] : a.lists_) {
+        auto it = b.lists_.find(key);
+        if (it == b.lists_.end() || it->second.tokens != list.tokens ||
+            it->second.sources != list.sources) {
+            return false;
+        }
+    }
+    return true;
+}
+
+namespace {
+
+void put_u32(std::ostream& out, uint32_t v) {
+    const unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
+                                static_cast<unsigned char>(v >> 16),
+                                static_cast<unsigned char>(v >> 24)};
+    out.write(reinterpret_cast<const char*>(b), 4);
+}
+
+uint32_t get_u32(std::istream& in, const std::string& name, const char* field) {
+    unsigned char b[4];
+    if (!in.read(reinterpret_cast<char*>(b), 4)) {
+        throw ConfigError(name + ": truncated pool data while reading " + field);
+    }
+    return static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 |
+           static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24;
+}
+
+// Reads a uint32 that must lie in [lo, hi].
+int64_t get_in_range(std::istream& in, const std::string& name, const char* field, int64_t lo,
+                     int64_t hi) {
+    const int64_t v = get_u32(in, name, field);
+    if (v < lo || v > hi) {
+        throw ConfigError(name + ": pool " + field + " must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "] (got " + std::to_string(v) + ")");
+    }
+    return v;
+}
+
+}  // namespace
+
+void NgramPool::write(std::ostream& out) const {
+    std::vector<TokenId> keys;
+    keys.reserve(lists_.size());
+    for (const auto& kv : lists_) {
+        if (!kv.second.sources.empty()) keys.push_back(kv.first);
+    }
+    std::sort(keys.begin(), keys.end());
+    put_u32(out, static_cast<uint32_t>(ngram_len_));
+    put_u32(out, static_cast<uint32_t>(capacity_));
+    put_u32(out, static_cast<uint32_t>(keys.size()));
+    for (TokenId key : keys) {
+        const List& list = lists_.at(key);
+        put_u32(out, static_cast<uint32_t>(key));
+        put_u32(out, static_cast<uint32_t>(list.sources.size()));
+        for (size_t i = 0; i < list.sources.size(); ++i) {
+            const char source = static_cast<char>(list.sources[i]);
+            out.write(&source, 1);
+            for (int j = 0; j < ngram_len_; ++j) {
+                put_u32(out, static_cast<uint32_t>(list.tokens[i * ngram_len_ + j]));
+            }
+        }
+    }
+}
+
+NgramPool NgramPool::read(std::istream& in, const std::string& name, int vocab_size) {
+    const int ngram_len = static_cast<int>(get_in_range(in, name, "ngram_len", 1, 63));
+    const int capacity = static_cast<int>(get_in_range(in, name, "capacity", 0, 64));
+    NgramPool pool(ngram_len, capacity);
+    const int64_t keys = get_in_range(in, name, "key count", 0, vocab_size);
+    const int64_t max_id = static_cast<int64_t>(vocab_size) - 1;
+    std::vector<TokenId> ngram(ngram_len);
+    TokenId previous = -1;
+    for (int64_t k = 0; k < keys; ++k) {
+        const TokenId key = static_cast<TokenId>(get_in_range(in, name, "key", 0, max_id));
+        if (key <= previous) {
+            throw ConfigError(name + ": pool keys must be ascending and distinct (got " +
+                              std::to_string(key) + " after " + std::to_string(previous) + ")");
+        }
+        previous = key;
+        const int64_t count = get_in_range(in, name, "entry count", 1, capacity);
+        for (int64_t i = 0; i < count; ++i) {
+            char source = 0;
+            if (!in.read(&source, 1)) throw ConfigError(name + ": truncated pool data while reading source");
+            if (source != static_cast<char>(NgramSource::kSeed) &&
+                source != static_cast<char>(NgramSource::kWindow)) {
+                throw ConfigError(name + ": pool entry source must be 0 or 1 (got " +
+                                  std::to_string(static_cast<int>(source)) + ")");
+            }
+            for (int j = 0; j < ngram_len; ++j) {
+                ngram[j] = static_cast<TokenId>(get_in_range(in, name, "token", 0, max_id));
+            }
+            pool.insert(key, ngram.data(), static_cast<NgramSource>(source));
+        }
+    }
+    return pool;
 }
 
 }  // namespace pylookahead

@@ -4,6 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -42,7 +46,19 @@ class NgramPool {
     int capacity() const { return capacity_; }
     int64_t size() const;  // n-grams over all keys
 
+    // The same pool for another (N - 1, G): every entry's first ngram_len tokens (entries shorter
+    // than that are dropped), each key keeping its `capacity` most recent. Order is kept.
+    NgramPool reshaped(int ngram_len, int capacity) const;
+
+    // Binary form (little-endian int32/uint32, see docs/session.md): ngram_len, capacity, keys,
+    // then per key its id, count and entries (source byte + tokens), oldest first.
+    void write(std::ostream& out) const;
+    // Reads what write() wrote. `name` names the source in errors. Throws ConfigError naming the
+    // field when the data is truncated or out of range (ids must be in [0, vocab_size)).
+    static NgramPool read(std::istream& in, const std::string& name, int vocab_size);
+
   private:
+    friend bool operator==(const NgramPool& a, const NgramPool& b);
     struct List {
         std::vector<TokenId> tokens;       // [count * ngram_len]
         std::vector<NgramSource> sources;  // [count]
@@ -50,6 +66,17 @@ class NgramPool {
     int ngram_len_;
     int capacity_;
     std::unordered_map<TokenId, List> lists_;
+};
+
+// Same shape and the same lists (order included).
+bool operator==(const NgramPool& a, const NgramPool& b);
+
+// A pool that outlives one generation: a Session keeps one across calls (GenerationConfig::
+// keep_pool), and Sessions may share one (Session::share_pool), hence the mutex. Lock `mutex`
+// around every access to `pool`.
+struct SharedPool {
+    std::mutex mutex;
+    NgramPool pool{1, 0};  // reshaped to each lookahead config that uses it
 };
 
 }  // namespace pylookahead

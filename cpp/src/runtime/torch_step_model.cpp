@@ -31,7 +31,7 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
                                   const std::vector<int32_t>& positions, const uint8_t* mask,
                                   const std::vector<int32_t>& out_rows,
                                   const std::vector<int32_t>& exact_rows,
-                                  std::vector<TokenId>* argmax) {
+                                  std::vector<TokenId>* argmax, TokenSampler* sampler) {
     PYLA_CHECK(!tokens.empty() && positions.size() == tokens.size(), "bad step shapes");
     if (!exact_rows.empty() && static_cast<int>(tokens.size()) < min_decode_rows_) {
         // Pad with rows that repeat row 0 and see only themselves; their outputs are not read
@@ -50,7 +50,7 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
             ptokens.push_back(tokens[0]);
             ppositions.push_back(positions[0]);
         }
-        forward_step(ptokens, ppositions, pmask.data(), out_rows, exact_rows, argmax);
+        forward_step(ptokens, ppositions, pmask.data(), out_rows, exact_rows, argmax, sampler);
         pending_rows_ = static_cast<int>(t0);
         return;
     }
@@ -80,11 +80,29 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
     }
     at::Tensor logits = model_.forward(to_device_long(tokens), to_device_long(positions), full_mask,
                                        kv_, kv_len_, to_device_long(out_rows), row_invariant, mask);
+    pending_rows_ = static_cast<int>(t);
+    if (sampler != nullptr) {
+        // Sampling draws on the host from the R rows' fp32 logits (R x V floats to copy on a GPU).
+        at::Tensor host = logits.to(at::kFloat).cpu().contiguous();
+        const int vocab = static_cast<int>(host.size(1));
+        const float* data = host.data_ptr<float>();
+        argmax->resize(out_rows.size());
+        for (size_t r = 0; r < out_rows.size(); ++r) {
+            (*argmax)[r] = sampler->sample(data + r * static_cast<size_t>(vocab), vocab,
+                                           static_cast<int64_t>(positions[out_rows[r]]) + 1);
+        }
+        return;
+    }
     // The only device-to-host copy of the step: R int32 ids. argmax over fp32 (ties still go to
     // the first index) is several times faster on CPU than over bf16.
     at::Tensor ids = logits.to(at::kFloat).argmax(-1).to(at::kInt).cpu().contiguous();
     argmax->assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
-    pending_rows_ = static_cast<int>(t);
+}
+
+void TorchStepModel::truncate(int rows) {
+    PYLA_CHECK(rows >= 0 && rows <= kv_len_, "truncate to " << rows << " rows of " << kv_len_);
+    kv_len_ = rows;
+    pending_rows_ = 0;
 }
 
 void TorchStepModel::commit(const std::vector<int32_t>& src_rows) {

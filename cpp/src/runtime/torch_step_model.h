@@ -1,5 +1,6 @@
 // StepModel over the libtorch Transformer and a static KvCache: turns the plain arrays of a step
-// into device tensors, runs the model, and copies back only the argmax ids (int32, [R]).
+// into device tensors, runs the model, and copies back only the argmax ids (int32, [R]); when
+// sampling, the fp32 logits of the R wanted rows instead.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -20,11 +21,11 @@ class TorchStepModel : public StepModel {
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
                       const std::vector<int32_t>& exact_rows,
-                      std::vector<TokenId>* argmax) override;
+                      std::vector<TokenId>* argmax, TokenSampler* sampler) override;
     void commit(const std::vector<int32_t>& src_rows) override;
     int kv_len() const override { return kv_len_; }
     int kv_capacity() const override { return kv_.capacity() - (min_decode_rows_ - 1); }
-    void reset() override { kv_len_ = 0; }
+    void truncate(int rows) override;
     // CUDA keeps fixed step shapes (graph replay); the CPU runs only a step's real rows.
     bool prefers_fixed_shapes() const override { return model_.device().is_cuda(); }
 
