@@ -14,7 +14,7 @@ from ._core import (  # noqa: E402
     SessionConfig,
     __version__,
 )
-from .session import GenerationOutput, Model, Session  # noqa: E402
+from .session import GenerationOutput, Model, Session, StreamChunk  # noqa: E402
 
 __all__ = [
     "AutoLookahead",
@@ -26,5 +26,6 @@ __all__ = [
     "ModelLoadError",
     "Session",
     "SessionConfig",
+    "StreamChunk",
     "__version__",
 ]

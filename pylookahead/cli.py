@@ -74,8 +74,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if ids is None:
         raise ValueError("this checkpoint has no tokenizer.json; use the Python API with token ids")
     lookahead = _make_lookahead(args)
-    out = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=lookahead)
-    print(out.text)
+    options = dict(
+        temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+        stop=args.stop or (),
+    )  # fmt: skip
+    if args.stream:
+        for chunk in session.stream(ids, args.max_new_tokens, lookahead, **options):
+            print(chunk.text, end="", flush=True)
+        print()
+        out = session.last_output
+    else:
+        out = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=lookahead, **options)
+        print(out.text)
     print(f"(model loaded in {load_s:.1f} s)", file=sys.stderr)
     label = "greedy" if lookahead is None else "auto" if lookahead == "auto" else f"lookahead {lookahead}"
     print(_summary(label, out))
@@ -86,8 +96,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"from step:config {steps}"
         )
     if args.compare_greedy and lookahead is not None:
-        ref = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=None)
-        print(_summary("greedy", ref))
+        ref = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=None, **options)
+        print(_summary("greedy" if args.temperature == 0 else "plain sampling", ref))
         if ref.token_ids != out.token_ids:
             first = next(
                 (i for i, (a, b) in enumerate(zip(ref.token_ids, out.token_ids)) if a != b),
@@ -151,6 +161,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--prompt", required=True)
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
+    g.add_argument("--stream", action="store_true", help="print the text as the steps accept it")
+    g.add_argument("--stop", action="append", metavar="TEXT",
+                   help="stop before this text (repeatable); the text itself is not printed")
+    g.add_argument("--temperature", type=float, default=0.0,
+                   help="0 = greedy (default); > 0 samples, identically with or without lookahead")
+    g.add_argument("--top-k", type=int, default=0, help="sample among the K most likely tokens (0 = all)")
+    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
+    g.add_argument("--seed", type=int, default=0, help="sampling seed")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     g.add_argument("--device", default="cpu")
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")

@@ -2,24 +2,47 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
+import queue
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, Union
 
 from . import _core
+from .textstream import TextStream
 
 Prompt = Union[str, Sequence[int]]
 Lookahead = Union[None, str, _core.LookaheadConfig, _core.AutoLookahead]
+Message = Mapping[str, str]
+
+# Keyword options of generate / stream / chat beyond the positional ones.
+_OPTIONS = frozenset(
+    {"stop", "include_stop", "temperature", "top_k", "top_p", "seed", "reuse_cache", "keep_pool",
+     "skip_special_tokens"}
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class GenerationOutput:
-    """What `Session.generate` returns."""
+    """What `Session.generate` (and `chat`, and a finished `stream`) returns."""
 
-    token_ids: list[int]  # new tokens only
-    text: str  # decoded new tokens ("" when the checkpoint has no tokenizer.json)
+    token_ids: list[int]  # new tokens only; with a stop string, through the token that completed it
+    # Their text as it reads after the prompt (decoded in context, so the spacing of the first
+    # token is right), cut before a stop string; "" when the checkpoint has no tokenizer.json.
+    text: str
     stats: _core.GenerationStats  # steps, new_tokens, prefill_s, decode_s, accept_histogram, ...
-    stop_reason: str  # "end_token", "max_new_tokens" or "callback"
+    stop_reason: str  # "end_token", "max_new_tokens", "stop_string" or "callback"
+    stop_string: str | None = None  # the stop string that matched, if any
+
+
+@dataclass(frozen=True)
+class StreamChunk:
+    """One piece of a `Session.stream`: the text that is now final, and the ids of that step."""
+
+    text: str  # may be "" (an incomplete character or a possible stop string is held back)
+    token_ids: list[int]  # the ids this step emitted (after any cut at a stop)
 
 
 def _check_int(name: str, value: object, minimum: int) -> int:
@@ -28,6 +51,27 @@ def _check_int(name: str, value: object, minimum: int) -> int:
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum} (got {value})")
     return value
+
+
+def _check_float(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number (got {value!r})")
+    return float(value)
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} must be a bool (got {value!r})")
+    return value
+
+
+class _Run(NamedTuple):
+    """A validated generation request."""
+
+    ids: list[int]
+    config: _core.GenerationConfig
+    lookahead: Lookahead
+    text: TextStream | None
 
 
 class Model:
@@ -65,9 +109,11 @@ class Model:
 
 
 class Session:
-    """One sequence's state (KV cache, lookahead pool) over a loaded model.
+    """One sequence's state (KV cache, lookahead pool, chat history) over a loaded model.
 
-    Use one Session from one thread at a time; sessions over one Model may run in parallel.
+    Every generation option is per call. Use one Session from one thread at a time (a call made
+    while another one, or an open `stream`, runs raises RuntimeError); sessions over one Model run
+    in parallel threads, sharing its weights.
     """
 
     def __init__(
@@ -82,6 +128,8 @@ class Session:
         config = _core.SessionConfig()
         config.kv_capacity = _check_int("kv_capacity", kv_capacity, 0)
         self._session = _core.Session(self.model._core, config)
+        self._busy = threading.Lock()
+        self._messages: list[dict[str, str]] = []
 
     @property
     def tokenizer(self):
@@ -100,13 +148,18 @@ class Session:
                 )
             return self.tokenizer.encode(prompt)
         ids = list(prompt)
+        vocab = self.model.info.vocab_size
         for i, t in enumerate(ids):
             if isinstance(t, bool) or not isinstance(t, int):
                 raise ValueError(f"prompt[{i}] must be an int token id (got {t!r})")
+            if not 0 <= t < vocab:
+                raise ValueError(f"prompt[{i}] must be a token id in [0, {vocab}) (got {t})")
         return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode(list(ids))
+
+    # ---- generation --------------------------------------------------------------------------
 
     def generate(
         self,
@@ -115,16 +168,146 @@ class Session:
         lookahead: Lookahead = None,
         stop_token_ids: Sequence[int] = (),
         on_tokens: Callable[[list[int]], bool | None] | None = None,
+        **options: Any,
     ) -> GenerationOutput:
-        """Greedy decoding of `prompt` (a string or token ids).
+        """Decode a continuation of `prompt` (a string or token ids).
 
-        With `lookahead` (a `LookaheadConfig`) the output is the same, token for token, in fewer
-        forward passes. With `lookahead="auto"` (or an `AutoLookahead` with its options) the
-        engine picks greedy or lookahead steps and their (W, N, G) itself, from this session's
-        step-cost table (see `calibrate`) and the acceptance it observes; the output is still
-        greedy's, and `stats.auto_decisions` lists the switches (step, "greedy" or "W,N,G").
-        `on_tokens(ids)` is called after each step; returning False stops.
+        Greedy by default; `temperature > 0` samples (with `top_k`, `top_p`, `seed`). With
+        `lookahead` (a `LookaheadConfig`, `"auto"` or an `AutoLookahead`) the output is the same,
+        token for token, in fewer forward passes; for sampling, the same for the same `seed`.
+        `stop=["..."]` ends generation where token-by-token decoding would have ended (the stop
+        string itself is left out of `.text` unless `include_stop=True`). `reuse_cache=True` reuses
+        the cached K/V rows of the prefix this prompt shares with the session's last sequence;
+        `keep_pool=True` keeps the n-gram pool of earlier calls. `on_tokens(ids)` is called after
+        each step; returning False stops. Other options: `skip_special_tokens` (for `.text`).
         """
+        with self._exclusive():
+            run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
+            return self._run(run, on_tokens=on_tokens)
+
+    def stream(
+        self,
+        prompt: Prompt,
+        max_new_tokens: int = 128,
+        lookahead: Lookahead = None,
+        stop_token_ids: Sequence[int] = (),
+        **options: Any,
+    ) -> Iterator[StreamChunk]:
+        """Like `generate`, but yields a `StreamChunk` per step as the engine accepts tokens.
+
+        Pieces never split a multi-byte character nor show part of a stop string; joined, they
+        are the text `generate` returns. Leaving the loop early (`break`, or closing the
+        generator) stops generation after the step in progress and leaves the session usable.
+        The finished `GenerationOutput` is the generator's return value and `last_output`.
+        """
+        with self._exclusive():
+            run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
+        return self._stream(run, lambda out: None)
+
+    def chat(self, messages: str | Message | Sequence[Message], **options: Any) -> GenerationOutput:
+        """Continue this session's conversation: `messages` (a user string, a message dict, or a
+        list of them) are appended, the checkpoint's chat template renders the whole
+        conversation, and the answer is generated and appended as the assistant's turn.
+
+        The K/V rows of earlier turns and the n-gram pool are reused (`reuse_cache` and
+        `keep_pool`), so a turn costs only its new tokens and earlier answers feed lookahead.
+        `reset()` starts a new conversation. Options as for `generate`; `.text` leaves out
+        special tokens (e.g. the end-of-turn token) unless `skip_special_tokens=False`.
+        """
+        with self._exclusive():
+            run, conversation = self._prepare_chat(messages, options)
+            out = self._run(run)
+            self._messages = conversation + [{"role": "assistant", "content": out.text}]
+            return out
+
+    def chat_stream(
+        self, messages: str | Message | Sequence[Message], **options: Any
+    ) -> Iterator[StreamChunk]:
+        """`chat`, streamed as `stream` does. A conversation left early keeps the partial answer."""
+        with self._exclusive():
+            run, conversation = self._prepare_chat(messages, options)
+
+        def record(out: GenerationOutput) -> None:
+            self._messages = conversation + [{"role": "assistant", "content": out.text}]
+
+        return self._stream(run, record)
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """The conversation so far (a copy): what `chat` has sent and received."""
+        return [dict(m) for m in self._messages]
+
+    @property
+    def last_output(self) -> GenerationOutput | None:
+        """The output of the last finished generation (also of a stream)."""
+        return getattr(self, "_last_output", None)
+
+    # ---- context and pool --------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget the conversation, the cached K/V rows and the n-gram pool (a shared pool is
+        left to the other sessions; this one gets a fresh one)."""
+        with self._exclusive():
+            self._messages = []
+            self._session.reset()
+
+    @property
+    def cached_tokens(self) -> int:
+        """Tokens whose K/V rows the cache holds now (reusable by the next `reuse_cache` call)."""
+        return self._session.cached_tokens
+
+    @property
+    def pool_size(self) -> int:
+        """N-grams in this session's lookahead pool."""
+        return self._session.pool_size
+
+    def save_pool(self, path: str | Path) -> None:
+        """Write the n-gram pool to `path` (binary; see docs/session.md)."""
+        with self._exclusive():
+            self._session.save_pool(str(path))
+
+    def load_pool(self, path: str | Path) -> None:
+        """Replace the pool with one saved by `save_pool` for this model (use `keep_pool=True`)."""
+        with self._exclusive():
+            self._session.load_pool(str(path))
+
+    def share_pool(self, other: Session) -> None:
+        """Use `other`'s n-gram pool from now on (both sessions read and grow one pool)."""
+        if not isinstance(other, Session):
+            raise ValueError(f"other must be a Session (got {type(other).__name__})")
+        with self._exclusive():
+            self._session.share_pool(other._session)
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _acquire(self) -> None:
+        if not self._busy.acquire(blocking=False):
+            raise RuntimeError(
+                "this Session is busy (another call or an open stream is running on it); "
+                "use one Session per thread, or finish/close the stream first"
+            )
+
+    @contextlib.contextmanager
+    def _exclusive(self) -> Iterator[None]:
+        self._acquire()
+        try:
+            yield
+        finally:
+            self._busy.release()
+
+    def _prepare(
+        self,
+        prompt: Prompt,
+        max_new_tokens: int,
+        lookahead: Lookahead,
+        stop_token_ids: Sequence[int],
+        options: dict[str, Any],
+    ) -> _Run:
+        unknown = sorted(set(options) - _OPTIONS)
+        if unknown:
+            raise ValueError(
+                f"unknown generation option {unknown[0]!r} (known: {', '.join(sorted(_OPTIONS))})"
+            )
         if (isinstance(lookahead, str) and lookahead != "auto") or not isinstance(
             lookahead, (type(None), str, _core.LookaheadConfig, _core.AutoLookahead)
         ):
@@ -136,9 +319,149 @@ class Session:
         config = _core.GenerationConfig()
         config.max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1)
         config.stop_token_ids = [_check_int("stop_token_ids[]", t, 0) for t in stop_token_ids]
-        result = self._session.generate(ids, config, lookahead, on_tokens)
+        config.temperature = _check_float("temperature", options.get("temperature", 0.0))
+        config.top_k = _check_int("top_k", options.get("top_k", 0), 0)
+        config.top_p = _check_float("top_p", options.get("top_p", 1.0))
+        config.seed = _check_int("seed", options.get("seed", 0), 0)
+        config.reuse_cache = _check_bool("reuse_cache", options.get("reuse_cache", False))
+        config.keep_pool = _check_bool("keep_pool", options.get("keep_pool", False))
+        config.validate()  # ranges (temperature >= 0, top_p in (0, 1], ...) as ValueError
+        stop = options.get("stop", ())
+        if isinstance(stop, str):
+            stop = [stop]
+        include_stop = _check_bool("include_stop", options.get("include_stop", False))
+        skip_special = _check_bool("skip_special_tokens", options.get("skip_special_tokens", False))
+        text = None
+        if self.tokenizer is not None:
+            text = TextStream(
+                self.tokenizer.backend, stop=list(stop), include_stop=include_stop,
+                skip_special_tokens=skip_special, prompt_ids=ids,
+            )  # fmt: skip
+        elif stop:
+            raise ValueError(f"stop strings need a tokenizer.json, which {self.model.path} lacks")
+        return _Run(ids, config, lookahead, text)
+
+    def _prepare_chat(
+        self, messages: str | Message | Sequence[Message], options: dict[str, Any]
+    ) -> tuple[_Run, list[dict[str, str]]]:
+        if self.tokenizer is None:
+            raise ValueError(f"chat needs a tokenizer.json, which {self.model.path} lacks")
+        if isinstance(messages, str):
+            new = [{"role": "user", "content": messages}]
+        elif isinstance(messages, Mapping):
+            new = [dict(messages)]
+        else:
+            new = [dict(m) if isinstance(m, Mapping) else m for m in messages]
+        if not new:
+            raise ValueError("messages must hold at least one message (got none)")
+        for i, m in enumerate(new):
+            if (
+                not isinstance(m, dict)
+                or not isinstance(m.get("role"), str)
+                or not isinstance(m.get("content"), str)
+            ):
+                raise ValueError(
+                    f"messages[{i}] must be a dict with str 'role' and 'content' (got {m!r})"
+                )
+        conversation = self._messages + new
+        ids = self.tokenizer.encode_chat(conversation, add_generation_prompt=True)
+        options = dict(options)
+        max_new_tokens = options.pop("max_new_tokens", 128)
+        lookahead = options.pop("lookahead", None)
+        stop_token_ids = options.pop("stop_token_ids", ())
+        options.setdefault("reuse_cache", True)
+        options.setdefault("keep_pool", True)
+        options.setdefault("skip_special_tokens", True)
+        return self._prepare(ids, max_new_tokens, lookahead, stop_token_ids, options), conversation
+
+    def _run(
+        self,
+        run: _Run,
+        on_tokens: Callable[[list[int]], bool | None] | None = None,
+        on_piece: Callable[[StreamChunk], None] | None = None,
+        cancelled: threading.Event | None = None,
+    ) -> GenerationOutput:
+        """Run on the calling thread. `on_piece` gets each step's StreamChunk (from the engine's
+        thread, i.e. this one); `cancelled` stops after the step in progress."""
+        text = run.text
+
+        def on_chunk(ids: list[int]) -> bool | int | None:
+            keep = None
+            piece = ""
+            if text is not None:
+                piece, keep = text.feed(ids)
+            kept = ids if keep is None else ids[:keep]
+            answer: bool | int | None = None
+            if on_tokens is not None:
+                answer = on_tokens(list(kept))
+                if answer is not None and not isinstance(answer, bool):
+                    raise ValueError(f"on_tokens must return None or a bool (got {answer!r})")
+            if on_piece is not None:
+                on_piece(StreamChunk(piece, list(kept)))
+            if keep is not None:
+                return keep  # stop, keeping the tokens through the one that completed the stop
+            if cancelled is not None and cancelled.is_set():
+                return False
+            return answer
+
+        result = self._session.generate(run.ids, run.config, run.lookahead, on_chunk)
         tokens = list(result.tokens)
-        return GenerationOutput(tokens, self.decode(tokens), result.stats, result.stop_reason)
+        stop_string = None
+        if text is not None:
+            if text.stopped:
+                stop_string = text.stop_string
+            else:
+                tail = text.finish()
+                if tail and on_piece is not None:
+                    on_piece(StreamChunk(tail, []))
+            full = text.text
+        else:
+            full = ""
+        reason = "stop_string" if stop_string is not None else result.stop_reason
+        out = GenerationOutput(tokens, full, result.stats, reason, stop_string)
+        self._last_output = out
+        return out
+
+    def _stream(
+        self, run: _Run, on_done: Callable[[GenerationOutput], None]
+    ) -> Generator[StreamChunk, None, GenerationOutput]:
+        """The generator behind `stream` / `chat_stream`. It takes `_busy` when iteration starts
+        (a generator never iterated holds nothing); the worker releases it when generation ends."""
+        chunks: queue.Queue[tuple[str, Any]] = queue.Queue()
+        cancelled = threading.Event()
+
+        def work() -> None:
+            try:
+                out = self._run(run, on_piece=lambda c: chunks.put(("chunk", c)), cancelled=cancelled)
+                on_done(out)
+                chunks.put(("done", out))
+            except BaseException as e:  # handed to the consumer, re-raised there
+                chunks.put(("error", e))
+            finally:
+                self._busy.release()
+
+        def generator() -> Generator[StreamChunk, None, GenerationOutput]:
+            self._acquire()
+            worker = threading.Thread(target=work, name="pylookahead-stream", daemon=True)
+            try:
+                worker.start()
+            except BaseException:
+                self._busy.release()
+                raise
+            try:
+                while True:
+                    kind, value = chunks.get()
+                    if kind == "chunk":
+                        yield value
+                    elif kind == "done":
+                        return value
+                    else:
+                        raise value
+            finally:
+                cancelled.set()  # the engine stops after the step in progress
+                worker.join()
+
+        return generator()
 
     def calibrate(
         self, costs: Mapping[int, float] | Sequence[tuple[int, float]] | None = None

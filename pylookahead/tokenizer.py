@@ -5,8 +5,7 @@ renders chat templates with jinja2 the way `transformers` does (sandboxed enviro
 `lstrip_blocks`, `raise_exception`, the special tokens as variables), so prompts built here produce the
 same token ids as `AutoTokenizer.apply_chat_template(..., tokenize=True)`.
 
-`IncrementalDecoder` turns a stream of generated ids into text pieces for streaming output, never
-emitting half of a multi-byte UTF-8 character.
+Streaming text (pieces that never split a character, stop strings) is `textstream.TextStream`.
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-__all__ = ["IncrementalDecoder", "TextTokenizer", "read_eos_token_ids"]
+__all__ = ["TextTokenizer", "read_eos_token_ids"]
 
 Message = Mapping[str, Any]  # {"role": ..., "content": ...}, plus whatever the template reads
 
@@ -209,47 +208,3 @@ class TextTokenizer:
     def encode_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
         """`apply_chat_template` then `encode(..., add_special_tokens=False)`."""
         return self.encode(self.apply_chat_template(messages, add_generation_prompt), add_special_tokens=False)
-
-
-class IncrementalDecoder:
-    """Decode a growing id sequence piece by piece for streaming.
-
-    `push(ids)` returns the text that the new ids complete. Text is held back while it ends in U+FFFD,
-    i.e. while the last token(s) carry only part of a multi-byte UTF-8 character; it comes out once the
-    character is complete. Each step decodes only a short window of recent ids (starting where the last
-    emitted text began), so the cost per token is constant, and decoding in context keeps tokenizer-specific
-    spacing right. `finish()` returns whatever is still held back, so that
-    `"".join(pieces) + finish() == tokenizer.decode(all_ids)`.
-    """
-
-    def __init__(self, tokenizer: TextTokenizer, *, skip_special_tokens: bool = False) -> None:
-        self._tokenizer = tokenizer
-        self._skip_special_tokens = skip_special_tokens
-        self._ids: list[int] = []
-        self._prefix_offset = 0  # start of the decode window: ids before it are fully emitted
-        self._read_offset = 0  # ids before it have had their text emitted
-
-    @property
-    def token_ids(self) -> list[int]:
-        return list(self._ids)
-
-    def _decode(self, ids: Sequence[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=self._skip_special_tokens)
-
-    def push(self, ids: int | Iterable[int]) -> str:
-        """Add generated ids; return the newly completed text (possibly "")."""
-        self._ids.extend([ids] if isinstance(ids, int) else ids)
-        prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
-        full_text = self._decode(self._ids[self._prefix_offset :])
-        if len(full_text) <= len(prefix_text) or full_text.endswith("\ufffd"):
-            return ""
-        self._prefix_offset = self._read_offset
-        self._read_offset = len(self._ids)
-        return full_text[len(prefix_text) :]
-
-    def finish(self) -> str:
-        """Flush text still held back (an incomplete character at the end decodes to U+FFFD)."""
-        prefix_text = self._decode(self._ids[self._prefix_offset : self._read_offset])
-        full_text = self._decode(self._ids[self._prefix_offset :])
-        self._prefix_offset = self._read_offset = len(self._ids)
-        return full_text[len(prefix_text) :]

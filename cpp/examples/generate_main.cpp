@@ -6,6 +6,11 @@
 //   identical: yes
 //   lookahead_steps: 2
 //   lookahead_accept_histogram: 0 1 1 0        (steps that emitted 1, 2, ..., N tokens)
+//   lookahead_chunks: 1 2 1                     (tokens per on_tokens call: the streaming hook)
+//
+// With --temperature > 0 both runs sample with the same seed (and must still be identical);
+// --stop-after K stops each run from its streaming callback once K tokens have arrived, keeping
+// exactly K even when they end inside a multi-token step.
 //
 // Exit status: 0 when the two outputs are identical, 1 when they differ, 2 on any error.
 #include <pylookahead/pylookahead.h>
@@ -33,6 +38,7 @@ struct Options {
     pla::EngineConfig engine;
     pla::GenerationConfig gen;
     pla::LookaheadConfig lookahead;
+    int stop_after = 0;  // 0 = off
 };
 
 void print_usage(std::ostream& os) {
@@ -52,7 +58,11 @@ void print_usage(std::ostream& os) {
        << engine.dtype << ")\n"
        << "  --device NAME                    cpu, cuda or cuda:K (default " << engine.device
        << ")\n"
-       << "  --threads INT                    CPU threads, 0 keeps libtorch's default\n";
+       << "  --threads INT                    CPU threads, 0 keeps libtorch's default\n"
+       << "  --temperature FLOAT              0 = greedy (default); > 0 samples\n"
+       << "  --top-k INT, --top-p FLOAT       sampling filters (default off)\n"
+       << "  --seed INT                       sampling seed (default 0)\n"
+       << "  --stop-after INT                 stop from the streaming callback after this many tokens\n";
 }
 
 long long parse_int(const std::string& text, const std::string& what, long long lo, long long hi) {
@@ -71,6 +81,20 @@ long long parse_int(const std::string& text, const std::string& what, long long 
                                     std::to_string(hi) + "] (got " + text + ")");
     }
     return v;
+}
+
+double parse_double(const std::string& text, const std::string& what) {
+    size_t used = 0;
+    double v = 0.0;
+    try {
+        v = std::stod(text, &used);
+    } catch (const std::exception&) {
+        used = 0;
+    }
+    if (text.empty() || used != text.size()) {
+        throw std::invalid_argument(what + " must be a number (got '" + text + "')");
+    }
+    return v;  // ranges are checked by GenerationConfig::validate
 }
 
 // Token ids separated by commas and/or whitespace.
@@ -124,6 +148,16 @@ Options parse_args(int argc, char** argv) {
             o.engine.dtype = value();
         } else if (arg == "--device") {
             o.engine.device = value();
+        } else if (arg == "--temperature") {
+            o.gen.temperature = parse_double(value(), arg);
+        } else if (arg == "--top-p") {
+            o.gen.top_p = parse_double(value(), arg);
+        } else if (arg == "--top-k") {
+            o.gen.top_k = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (arg == "--seed") {
+            o.gen.seed = static_cast<uint64_t>(parse_int(value(), arg, 0, std::numeric_limits<long long>::max()));
+        } else if (arg == "--stop-after") {
+            o.stop_after = static_cast<int>(parse_int(value(), arg, 1, kIntMax));
         } else if (arg == "--threads") {
             o.engine.num_threads = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
         } else if (!arg.empty() && arg[0] == '-') {
@@ -170,8 +204,24 @@ void print_result(const std::string& label, const pla::GenerationResult& r) {
 int run(const Options& o) {
     std::shared_ptr<const pla::Model> model = pla::Model::load(o.model_dir, o.engine);
     pla::Session session(model);  // every generate() starts from an empty cache
-    const pla::GenerationResult greedy = session.generate(o.prompt, o.gen, std::nullopt);
-    const pla::GenerationResult lookahead = session.generate(o.prompt, o.gen, o.lookahead);
+    // The streaming hook: records each chunk's size and, with --stop-after, stops at exactly
+    // that many tokens (keeping only part of the chunk that crosses the limit).
+    std::vector<int> chunks;
+    int received = 0;
+    const pla::OnTokens on_tokens = [&](const std::vector<pla::TokenId>& tokens) -> pla::StreamControl {
+        chunks.push_back(static_cast<int>(tokens.size()));
+        const int before = received;
+        received += static_cast<int>(tokens.size());
+        if (o.stop_after > 0 && received >= o.stop_after) {
+            return pla::StreamControl::stop_after(o.stop_after - before);
+        }
+        return true;
+    };
+    const pla::GenerationResult greedy = session.generate(o.prompt, o.gen, std::nullopt, on_tokens);
+    const std::vector<int> greedy_chunks = chunks;
+    chunks.clear();
+    received = 0;
+    const pla::GenerationResult lookahead = session.generate(o.prompt, o.gen, o.lookahead, on_tokens);
     const bool identical = greedy.tokens == lookahead.tokens;
 
     std::printf("model: %s\n", model->info().architecture.c_str());
@@ -179,7 +229,9 @@ int run(const Options& o) {
     std::printf("lookahead_config: W=%d N=%d G=%d\n", o.lookahead.window_size,
                 o.lookahead.ngram_size, o.lookahead.verification_set_size);
     print_result("greedy", greedy);
+    std::printf("greedy_chunks: %s\n", join(greedy_chunks).c_str());
     print_result("lookahead", lookahead);
+    std::printf("lookahead_chunks: %s\n", join(chunks).c_str());
     std::printf("identical: %s\n", identical ? "yes" : "no");
     return identical ? 0 : 1;
 }

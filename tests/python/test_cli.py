@@ -50,3 +50,18 @@ def test_bad_lookahead_flags_exit_with_2(tiny_llama: Path, flag: str, value: str
     result = run_cli("generate", "--model", str(tiny_llama), "--prompt", "hi", flag, value)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert re.search(rf"pylookahead: error: .*{field}.*\(got {value}\)", result.stderr), result.stderr
+
+
+def test_generate_stream_sampled_with_a_stop(tiny_llama: Path) -> None:
+    base = ["generate", "--model", str(tiny_llama), "--prompt", "the cat sat on the mat and the cat",
+            "--max-new-tokens", "12", "-W", "2", "-N", "3", "-G", "2", "--threads", "1",
+            "--temperature", "0.9", "--seed", "3"]  # fmt: skip
+    full = run_cli(*base, "--compare-greedy")
+    assert full.returncode == 0, full.stderr
+    assert "identical output" in full.stdout and "[plain sampling]" in full.stdout
+    words = full.stdout.splitlines()[0].split()
+    streamed = run_cli(*base, "--stream", "--stop", words[3])
+    assert streamed.returncode == 0, streamed.stderr
+    # Streamed text stops right before the first occurrence of the stop word.
+    first = words.index(words[3])
+    assert streamed.stdout.splitlines()[0].split() == words[:first]

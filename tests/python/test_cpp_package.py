@@ -135,6 +135,21 @@ CASES = [
 ]
 
 
+def _check_sampling_and_stream_stop(exe: Path, model_dir: Path) -> None:
+    """Sampling and the streaming hook through the C++ API: lookahead == plain sampling for one
+    seed, equal to Python's, and a callback stop keeps exactly K tokens even inside a step."""
+    flags = ["-W", "3", "-N", "4", "-G", "3", "--max-new-tokens", "32", "--dtype", "float64",
+             "--temperature", "0.8", "--top-k", "20", "--seed", "5", "--threads", "1"]  # fmt: skip
+    out = _run_example(exe, [str(model_dir), "--ids", ",".join(map(str, PROMPT)), *flags])
+    session = pylookahead.Session(model_dir, dtype="float64")
+    sampled = session.generate(PROMPT, 32, temperature=0.8, top_k=20, seed=5)
+    assert _ids(out["greedy_ids"]) == _ids(out["lookahead_ids"]) == sampled.token_ids
+    assert sum(_ids(out["lookahead_chunks"])) == len(sampled.token_ids)
+    stop = _run_example(exe, [str(model_dir), "--ids", ",".join(map(str, PROMPT)), *flags, "--stop-after", "11"])
+    assert _ids(stop["lookahead_ids"]) == _ids(stop["greedy_ids"]) == sampled.token_ids[:11]
+    assert stop["lookahead_stop_reason"] == "callback"
+
+
 def _check_against_python(exe: Path, model_dir: Path, tmp_path: Path) -> None:
     ids_file = tmp_path / "prompt.txt"
     ids_file.write_text(" ".join(map(str, PROMPT[:6])) + "\n" + ",".join(map(str, PROMPT[6:])) + "\n")
@@ -169,6 +184,7 @@ def test_example_against_cmake_install(installed_prefix: Path, tiny_llama: Path,
     ).resolve()
     exe = build / "generate_main"
     _check_against_python(exe, tiny_llama, tmp_path)
+    _check_sampling_and_stream_stop(exe, tiny_llama)
 
     bad = subprocess.run([str(exe), str(tmp_path / "missing"), "--ids", "1,2"], capture_output=True, text=True)
     assert bad.returncode == 2

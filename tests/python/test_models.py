@@ -27,7 +27,8 @@ from pylookahead.models import (
     PullError,
     WheelSource,
 )
-from pylookahead.tokenizer import IncrementalDecoder, TextTokenizer, read_eos_token_ids
+from pylookahead.textstream import TextStream
+from pylookahead.tokenizer import TextTokenizer, read_eos_token_ids
 
 # ----------------------------------------------------------------------------------------------------------------
 # catalogue
@@ -434,24 +435,24 @@ def test_chat_template_matches_transformers(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("text", [_TEXTS[4], "🤗🚀🎉 中文字符测试 👨‍👩‍👧 naïve", "a" * 50 + "😀"])
-def test_incremental_decoder_never_splits_characters(smollm2_dir: Path, text: str) -> None:
+def test_text_stream_never_splits_characters(smollm2_dir: Path, text: str) -> None:
     tokenizer = TextTokenizer.from_pretrained(smollm2_dir)
     ids = tokenizer.encode(text)
     assert any("\ufffd" in tokenizer.decode([i]) for i in ids), "the text must contain characters split over tokens"
 
-    decoder = IncrementalDecoder(tokenizer)
-    pieces = [decoder.push(i) for i in ids]
+    decoder = TextStream(tokenizer.backend)
+    pieces = [decoder.feed([i])[0] for i in ids]
     assert all("\ufffd" not in piece for piece in pieces)
     assert "".join(pieces) + decoder.finish() == tokenizer.decode(ids) == text
 
 
 @pytest.mark.slow
-def test_incremental_decoder_flushes_a_cut_character(smollm2_dir: Path) -> None:
+def test_text_stream_flushes_a_cut_character(smollm2_dir: Path) -> None:
     tokenizer = TextTokenizer.from_pretrained(smollm2_dir)
     ids = tokenizer.encode("ok 🤗")
     cut = next(n for n in range(1, len(ids)) if tokenizer.decode(ids[:n]).endswith("\ufffd"))
-    decoder = IncrementalDecoder(tokenizer)
-    streamed = decoder.push(ids[:cut])
+    decoder = TextStream(tokenizer.backend)
+    streamed = decoder.feed(ids[:cut])[0]
     assert "\ufffd" not in streamed
     assert streamed + decoder.finish() == tokenizer.decode(ids[:cut])
 
@@ -576,5 +577,5 @@ def test_tiny_tokenizer_round_trip(tiny_llama: Path) -> None:
     assert prompt == "<s> user hello world </s> <s> assistant "
     assert tokenizer.encode_chat([{"role": "user", "content": "hello world"}])[:2] == [1, 4]
 
-    decoder = IncrementalDecoder(tokenizer)
-    assert "".join(decoder.push(i) for i in ids) + decoder.finish() == tokenizer.decode(ids)
+    decoder = TextStream(tokenizer.backend)
+    assert "".join(decoder.feed([i])[0] for i in ids) + decoder.finish() == tokenizer.decode(ids)

@@ -25,6 +25,14 @@ def session(tiny_llama: Path) -> Session:
     return Session(tiny_llama)
 
 
+def in_context(session: Session, prompt: list[int], ids: list[int]) -> str:
+    """The text of `ids` as decoded after the prompt (what `.text` holds): spacing in context."""
+    before = session.tokenizer.decode(prompt)
+    full = session.tokenizer.decode(prompt + ids)
+    assert full.startswith(before)
+    return full[len(before) :]
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # prompts
 
@@ -33,8 +41,8 @@ def session(tiny_llama: Path) -> Session:
 def test_string_prompt_round_trips(session: Session, lookahead) -> None:
     out = session.generate(TEXT, max_new_tokens=12, lookahead=lookahead)
     assert len(out.token_ids) == 12
-    assert out.text == session.tokenizer.decode(out.token_ids)
-    assert out.text.count(" ") == 11  # the word tokenizer joins 12 tokens with spaces
+    assert out.text == in_context(session, session.tokenizer.encode(TEXT), out.token_ids)
+    assert out.text.count(" ") == 12  # the word tokenizer joins tokens with spaces, after the prompt too
     # A string is the same prompt as its token ids.
     assert session.generate(session.tokenizer.encode(TEXT), max_new_tokens=12).token_ids == out.token_ids
 
@@ -47,7 +55,7 @@ def test_id_prompts(session: Session, prompt) -> None:
     assert 1 <= len(out.token_ids) <= 6
     assert all(0 <= t < TINY_VOCAB_SIZE for t in out.token_ids)
     assert out.stats.prompt_tokens == len(prompt)
-    assert out.text == session.tokenizer.decode(out.token_ids)
+    assert out.text == in_context(session, list(prompt), out.token_ids)
 
 
 def test_prompt_logits_shape(session: Session) -> None:
