@@ -307,8 +307,8 @@ def _expected_stop(smol: Session, ids: list[int], text: str, stop: str) -> tuple
 def test_stop_strings_end_where_token_by_token_decoding_ends(smol, smol_greedy) -> None:
     ids, text = smol_greedy
     # Stop strings ending at many places of the answer: inside accepted runs and across steps.
-    stops = sorted({text[i : i + 6] for i in range(5, len(text) - 6, 9) if text[i : i + 6].strip()})
-    inside_a_run = 0
+    stops = sorted({text[i : i + 6] for i in range(5, len(text) - 6, 16) if text[i : i + 6].strip()})
+    inside_a_run = across_chunks = 0
     for stop in stops:
         expected_ids, expected_text = _expected_stop(smol, ids, text, stop)
         chunks: list[list[int]] = []
@@ -317,9 +317,24 @@ def test_stop_strings_end_where_token_by_token_decoding_ends(smol, smol_greedy) 
             expected_ids, expected_text, "stop_string", stop,
         ), repr(stop)  # fmt: skip
         inside_a_run += len(chunks[-1]) > 1
+        # The token where the stop string starts came in an earlier chunk than the one ending it.
+        start = next(k for k in range(len(ids)) if len(smol.tokenizer.decode(ids[: k + 1])) > len(expected_text))
+        across_chunks += start < len(expected_ids) - len(chunks[-1])
         with_stop = smol.generate(CODE_PROMPT, 96, la(4, 4, 4), stop=[stop], include_stop=True)
         assert with_stop.text == expected_text + stop
     assert inside_a_run > 0, "no stop string completed inside a multi-token step"
+    assert across_chunks > 0, "no stop string spanned two steps"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt", [CODE_PROMPT, "List the planets of the solar system, one per line."])
+def test_real_model_sampled_lookahead_equals_plain_sampling(smol, prompt) -> None:
+    """bfloat16 SmolLM2: the sampled text with lookahead == without, for each seed and config."""
+    for seed in (1, 2, 3):
+        options = dict(temperature=0.8, top_p=0.95, seed=seed)
+        plain = smol.generate(prompt, 64, **options)
+        for cfg in [(2, 3, 2), (4, 4, 4)]:
+            assert smol.generate(prompt, 64, la(*cfg), **options).token_ids == plain.token_ids, (seed, cfg)
 
 
 @pytest.mark.slow
