@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark runs behind docs/benchmarks.md (run on an idle machine; ~25 min on 2 cores).
+# The benchmark runs behind docs/benchmarks.md (run on an idle machine; ~45 min on 2 cores).
 # Prompts are a spread subset of each dataset (--limit): the full sets take hours here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,11 @@ M=qwen2.5-coder-0.5b-instruct
 $B --model $M --dtype bfloat16 --dataset humaneval --limit 10 --config 2,3,2 --config 4,4,4 --config auto \
    --out benchmarks/results/$M-bfloat16-humaneval.json
 $B --model $M --dtype bfloat16 --dataset mtbench --limit 8 --config 2,3,2 --config 4,4,4 --config auto \
+   --out benchmarks/results/$M-bfloat16-mtbench.json
+M=qwen2.5-coder-1.5b-instruct
+$B --model $M --dtype bfloat16 --dataset humaneval --limit 4 --config 2,3,2 --config auto \
+   --out benchmarks/results/$M-bfloat16-humaneval.json
+$B --model $M --dtype bfloat16 --dataset mtbench --limit 4 --config 2,3,2 --config auto \
    --out benchmarks/results/$M-bfloat16-mtbench.json
 M=smollm2-135m-instruct
 $B --model $M --dtype bfloat16 --dataset humaneval --limit 10 --config 2,3,2 --config 4,4,4 --config auto \

@@ -49,7 +49,7 @@ struct AutoLookahead {
     int max_tokens_per_step = 0;  // cap on (W + G) * (N - 1); 0 = the calibrated range (>= 0)
     int probe_after = 64;         // greedy steps after a fallback before lookahead is tried again;
                                   // doubles after each failed probe, up to 16x (>= 1)
-    int probe_steps = 8;          // lookahead steps a fresh config runs before it is judged (>= 1)
+    int probe_steps = 24;         // lookahead steps a fresh config runs before it is judged (>= 1)
     uint64_t seed = 0;            // seeds the random initial window of each lookahead config
 
     // Throws ConfigError unless the ranges above hold.
