@@ -1,5 +1,8 @@
 #include "model/transformer.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
 #include <cmath>
 #include <set>
 
@@ -139,6 +142,81 @@ Transformer::Transformer(const std::string& model_dir, ModelConfig config, at::S
     }
     r.check_all_used();
     inv_freq_ = rope_inv_freq(c).to(device);
+    pack_weights();
+}
+
+namespace {
+
+// oneDNN's prepacked linear, reached through the dispatcher (ATen has no C++ function for it):
+// mkldnn::_reorder_linear_weight(Tensor self, int? batch_size) -> Tensor and
+// mkldnn::_linear_pointwise(Tensor X, Tensor W, Tensor? B, str attr, Scalar?[] scalars,
+// str? algorithm) -> Tensor. Null when this libtorch lacks them.
+std::optional<c10::OperatorHandle> find_op(const char* name) {
+    return c10::Dispatcher::singleton().findSchema({name, ""});
+}
+
+const std::optional<c10::OperatorHandle>& reorder_op() {
+    static const std::optional<c10::OperatorHandle> op = find_op("mkldnn::_reorder_linear_weight");
+    return op;
+}
+
+const std::optional<c10::OperatorHandle>& linear_op() {
+    static const std::optional<c10::OperatorHandle> op = find_op("mkldnn::_linear_pointwise");
+    return op;
+}
+
+}  // namespace
+
+void Transformer::pack_weights() {
+    // bf16 and fp32 on CPU: there at::linear reorders the plain weight on every call (bf16,
+    // oneDNN) or runs MKL, whose rows change bits between M = 2, 3 and 4 (fp32).
+    if (!device_.is_cpu() || (dtype_ != at::kBFloat16 && dtype_ != at::kFloat)) return;
+    if (!at::hasMKLDNN() || !reorder_op() || !linear_op()) return;
+    auto pack = [](const at::Tensor& w) {
+        torch::jit::Stack stack{w, c10::IValue(static_cast<int64_t>(2))};
+        reorder_op()->callBoxed(&stack);
+        return stack[0].toTensor();
+    };
+    // Exactness needs each row of a step to get the same bits whatever the step's row count
+    // (>= 2). Probe that on this CPU with the first layer's qkv (and bias), else keep at::linear.
+    const int64_t hid = config_.hidden_size;
+    const at::Tensor probe = at::linspace(-3.0, 3.0, 17 * hid).sin().reshape({17, hid}).to(dtype_);
+    const LayerWeights& first = layers_.front();
+    const at::Tensor packed_qkv = pack(first.qkv);
+    packed_ = true;
+    const at::Tensor all = linear(probe, packed_qkv, first.qkv_bias);
+    bool invariant = true;
+    for (int64_t m : {2, 3, 5, 8}) {
+        invariant = invariant && at::equal(linear(probe.narrow(0, 0, m), packed_qkv, first.qkv_bias),
+                                           all.narrow(0, 0, m));
+    }
+    packed_ = false;
+    if (!invariant) return;
+    for (LayerWeights& lw : layers_) {
+        lw.qkv = pack(lw.qkv);
+        lw.o = pack(lw.o);
+        lw.gate_up = pack(lw.gate_up);
+        lw.down = pack(lw.down);
+    }
+    lm_head_ = pack(lm_head_);  // a packed copy when tied: the embedding keeps its layout
+    packed_ = true;
+}
+
+int Transformer::min_invariant_rows() const {
+    if (packed_ || dtype_ == at::kBFloat16 || dtype_ == at::kHalf) return 2;
+    return 4;  // MKL fp32/fp64 GEMMs
+}
+
+at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) const {
+    if (!packed_) return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+    torch::jit::Stack stack{x.contiguous(),
+                            w,
+                            bias.defined() ? c10::IValue(bias) : c10::IValue(),
+                            c10::IValue(std::string("none")),
+                            c10::IValue(c10::List<std::optional<at::Scalar>>()),
+                            c10::IValue()};
+    linear_op()->callBoxed(&stack);
+    return stack[0].toTensor();
 }
 
 at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
@@ -213,8 +291,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
     for (int i = 0; i < c.num_hidden_layers; ++i) {
         const LayerWeights& lw = layers_[i];
         at::Tensor hn = rms_norm(x, lw.input_norm);
-        at::Tensor qkv = lw.qkv_bias.defined() ? at::linear(hn, lw.qkv, lw.qkv_bias)
-                                               : at::linear(hn, lw.qkv);  // [T, (H+2Hkv)D]
+        at::Tensor qkv = linear(hn, lw.qkv, lw.qkv_bias);  // [T, (H+2Hkv)D]
         at::Tensor q = qkv.narrow(1, 0, h * d).view({t, h, d});
         at::Tensor k = qkv.narrow(1, h * d, hkv * d).view({t, hkv, d});
         at::Tensor v = qkv.narrow(1, (h + hkv) * d, hkv * d).view({t, hkv, d});
@@ -232,16 +309,16 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
             attn = sdpa(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), attn_mask, is_causal);
         }
         attn = attn.view({t, h * d});
-        at::Tensor o = lw.o_bias.defined() ? at::linear(attn, lw.o, lw.o_bias) : at::linear(attn, lw.o);
+        at::Tensor o = linear(attn, lw.o, lw.o_bias);
         x = x + o;
         hn = rms_norm(x, lw.post_norm);
-        at::Tensor gu = at::linear(hn, lw.gate_up);  // [T, 2I]
+        at::Tensor gu = linear(hn, lw.gate_up);  // [T, 2I]
         const int64_t inter = c.intermediate_size;
         at::Tensor act = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
-        x = x + at::linear(act, lw.down);
+        x = x + linear(act, lw.down);
     }
     at::Tensor sel = out_rows.size(0) == t ? x : x.index_select(0, out_rows);
-    return at::linear(rms_norm(sel, final_norm_), lm_head_);  // [R, V]
+    return linear(rms_norm(sel, final_norm_), lm_head_);  // [R, V]
 }
 
 }  // namespace pylookahead

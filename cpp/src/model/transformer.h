@@ -53,7 +53,20 @@ class Transformer {
                        const at::Tensor& out_rows, bool row_invariant = false,
                        const uint8_t* host_mask = nullptr) const;
 
+    // True when the CPU linear weights are held pre-packed for oneDNN (see linear()).
+    bool packed_weights() const { return packed_; }
+    // Fewest rows a decode step must run so that every row's result has the same bits as in a
+    // step of any other size >= that (the GEMMs differ at M = 1): 2 with packed weights or
+    // bf16/fp16, 4 for MKL fp32/fp64 (measured on the CPUs here; see docs/design.md).
+    int min_invariant_rows() const;
+
   private:
+    // y = x W^T (+ bias). With packed weights: oneDNN's linear on the weight reordered once at
+    // load, instead of at::linear, which reorders a bf16 weight on every call (same bits for
+    // M >= 2 rows) and runs fp32 on MKL (other bits); 1.5-3x faster per call here.
+    at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {}) const;
+    // Reorders every linear weight for linear() when this build and device allow it.
+    void pack_weights();
     at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
     // q [R, H, D], keys/values [Hkv, S, D], mask [R, S] bool or nullopt -> [R, H, D]
     at::Tensor sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
@@ -69,6 +82,7 @@ class Transformer {
     at::Tensor final_norm_;    // [hidden]
     at::Tensor lm_head_;       // [V, hidden] (the embedding when tied)
     at::Tensor inv_freq_;      // [D / 2] fp32, rope scaling applied
+    bool packed_ = false;      // linear weights (and lm_head_) are oneDNN-packed
 };
 
 }  // namespace pylookahead

@@ -6,17 +6,9 @@
 
 namespace pylookahead {
 
-namespace {
-
-int min_decode_rows_for(at::ScalarType dtype) {
-    return dtype == at::kBFloat16 || dtype == at::kHalf ? 2 : 4;
-}
-
-}  // namespace
-
 TorchStepModel::TorchStepModel(const Transformer& model, int capacity)
     : model_(model),
-      min_decode_rows_(min_decode_rows_for(model.dtype())),
+      min_decode_rows_(model.min_invariant_rows()),
       kv_(model.config().num_hidden_layers, model.config().num_key_value_heads,
           capacity + min_decode_rows_ - 1, model.config().head_dim, model.dtype(),
           model.device()) {}

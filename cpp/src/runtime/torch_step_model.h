@@ -37,9 +37,9 @@ class TorchStepModel : public StepModel {
 
     const Transformer& model_;
     // Decode steps run at least this many rows (padding rows are computed and thrown away): the
-    // CPU GEMMs give a row the same bits for every M >= 2 (bf16, oneDNN) or M >= 4 (fp32/fp64,
-    // MKL), but not for M = 1, so a one-token greedy step would round differently from the same
-    // token inside a lookahead step.
+    // CPU GEMMs give a row the same bits for every M >= 2 (oneDNN: bf16, or packed fp32) or
+    // M >= 4 (MKL fp32/fp64), but not for M = 1, so a one-token greedy step would round
+    // differently from the same token inside a lookahead step (Transformer::min_invariant_rows).
     int min_decode_rows_;
     KvCache kv_;
     int kv_len_ = 0;
