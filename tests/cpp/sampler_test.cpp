@@ -6,17 +6,13 @@
 #include <vector>
 
 #include "lookahead/sampler.h"
+#include "sampling_config.h"
 
 namespace pylookahead {
 namespace {
 
 GenerationConfig sampling(double temperature, int top_k = 0, double top_p = 1.0, uint64_t seed = 1) {
-    GenerationConfig g;
-    g.temperature = temperature;
-    g.top_k = top_k;
-    g.top_p = top_p;
-    g.seed = seed;
-    return g;
+    return sampling_config(temperature, top_k, top_p, seed);
 }
 
 std::vector<float> logits_of(const std::vector<double>& probs) {

@@ -14,6 +14,7 @@
 #include "lookahead/decode_loop.h"
 #include "oracle_lm.h"
 #include "oracle_text.h"
+#include "sampling_config.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
@@ -87,12 +88,7 @@ class ChainLm : public StepModel {
 };
 
 GenerationConfig sampling(uint64_t seed, double temperature = 1.0, int top_k = 0, double top_p = 1.0) {
-    GenerationConfig g;
-    g.temperature = temperature;
-    g.top_k = top_k;
-    g.top_p = top_p;
-    g.seed = seed;
-    return g;
+    return sampling_config(temperature, top_k, top_p, seed);
 }
 
 std::optional<LookaheadConfig> lookahead(int W, int N, int G) {
