@@ -195,7 +195,8 @@ void bind_results(py::module_& m) {
         .def_readonly("head_dim", &ModelInfo::head_dim)
         .def_readonly("vocab_size", &ModelInfo::vocab_size)
         .def_readonly("max_position_embeddings", &ModelInfo::max_position_embeddings)
-        .def_readonly("eos_token_ids", &ModelInfo::eos_token_ids);
+        .def_readonly("eos_token_ids", &ModelInfo::eos_token_ids)
+        .def_readonly("packed_weights", &ModelInfo::packed_weights);
 }
 
 void bind_session(py::module_& m) {

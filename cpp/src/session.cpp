@@ -96,6 +96,7 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
     info.eos_token_ids = config.eos_token_ids;
     try {
         impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device);
+        info.packed_weights = impl->transformer->packed_weights();
     } catch (const c10::Error& e) {
         throw ModelLoadError(model_dir + ": loading weights failed: " + e.what_without_backtrace());
     }

@@ -244,13 +244,17 @@ def test_shared_pool_is_one_pool_until_reset(tiny64) -> None:
 # ---- threads -----------------------------------------------------------------------------------
 
 
-def test_two_sessions_in_two_threads_match_running_one_after_another(tiny64) -> None:
+@pytest.mark.parametrize("dtype", ["float64", "float32", "bfloat16"])  # fp32/bf16: packed oneDNN weights
+def test_two_sessions_in_two_threads_match_running_one_after_another(tiny_model_factory, dtype) -> None:
+    model = Model(tiny_model_factory("llama", seed=3), dtype=dtype)
+    if dtype == "float64":
+        assert model.info.packed_weights is False  # oneDNN packing is for bf16 / fp32 only
     jobs = [
         (repetitive_prompt(6), dict(lookahead=la(3, 4, 3))),
         (repetitive_prompt(7), dict(lookahead=la(2, 3, 2), temperature=0.9, seed=4)),
     ]
-    sequential = [Session(tiny64).generate(p, 48, **kw).token_ids for p, kw in jobs]
-    sessions = [Session(tiny64), Session(tiny64)]
+    sequential = [Session(model).generate(p, 48, **kw).token_ids for p, kw in jobs]
+    sessions = [Session(model), Session(model)]
     results: list[list[int] | BaseException] = [[], []]
 
     def work(i: int) -> None:

@@ -38,6 +38,7 @@ struct ModelInfo {
     int vocab_size = 0;                // token ids are in [0, vocab_size)
     int max_position_embeddings = 0;
     std::vector<TokenId> eos_token_ids;  // from generation_config.json, else config.json
+    bool packed_weights = false;       // CPU linear weights pre-packed for oneDNN (docs/design.md)
 };
 
 // Loaded weights of one Llama-family checkpoint (LlamaForCausalLM, Qwen2ForCausalLM,
