@@ -240,8 +240,9 @@ std::vector<StepCost> Session::calibrate() {
         CalibrationOptions options;
         options.vocab_size = impl_->model->info().vocab_size;
         at::InferenceMode guard;
-        impl_->context.clear();
         std::vector<StepCost> table = calibrate_step_costs(impl_->step_model, options);
+        // It keeps the cached rows when there is room after them, else empties the cache.
+        if (impl_->step_model.kv_len() != static_cast<int>(impl_->context.size())) impl_->context.clear();
         impl_->planner.costs().set_table(std::move(table));
     }
     return impl_->planner.costs().table();

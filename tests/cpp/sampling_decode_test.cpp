@@ -245,6 +245,26 @@ TEST(SampledDecode, KeptPoolCarriesOverAndIsReshapedForAnotherN) {
     EXPECT_LE(pool->pool.size(), 81 + 4);
 }
 
+// Calibration runs its dummy rows after the cached context and leaves that context in place, so a
+// conversation's next turn can still reuse it; without room after it, the cache is emptied.
+TEST(Calibration, KeepsTheCachedContextWhenThereIsRoom) {
+    ChainLm lm(1024);
+    run(lm, {4, 17, 33, 2, 9}, sampling(1), lookahead(2, 3, 2), 30);
+    const Tokens cached = lm.cache();
+    ASSERT_EQ(cached.size(), 5u + 29u);
+    CalibrationOptions options;
+    options.vocab_size = kVocab;
+    const std::vector<StepCost> table = calibrate_step_costs(lm, options);
+    ASSERT_FALSE(table.empty());
+    EXPECT_EQ(table.front().tokens, 1);
+    EXPECT_EQ(lm.cache(), cached);
+
+    ChainLm full(cached.size() + 100);  // fewer than 128 free rows after the context
+    run(full, {4, 17, 33, 2, 9}, sampling(1), lookahead(2, 3, 2), 30);
+    calibrate_step_costs(full, options);
+    EXPECT_EQ(full.kv_len(), 0);
+}
+
 // Greedy callback stop on the oracle text: same rule, token for token.
 TEST(GreedyDecode, CallbackStopAfterKeepsAPrefixOfTheOracle) {
     const Tokens text = mixed_text(400, 21);

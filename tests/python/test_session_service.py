@@ -171,6 +171,20 @@ def test_chat_second_turn_equals_the_full_prompt_from_scratch(tiny64) -> None:
     assert second.token_ids == greedy.token_ids
 
 
+def test_chat_stream_records_the_turn_and_matches_chat(tiny64) -> None:
+    streamed = Session(tiny64)
+    pieces = [c.text for c in streamed.chat_stream("hello x y z", max_new_tokens=10, lookahead=la(2, 3, 2))]
+    answer = streamed.last_output
+    assert "".join(pieces) == answer.text
+    assert streamed.messages[-1] == {"role": "assistant", "content": answer.text}
+    plain = Session(tiny64)
+    assert plain.chat("hello x y z", max_new_tokens=10).token_ids == answer.token_ids
+    # The next turn reuses the streamed turn's cache.
+    second = streamed.chat("print x", max_new_tokens=6, lookahead="auto")
+    assert second.stats.reused_tokens > 0
+    assert second.token_ids == plain.chat("print x", max_new_tokens=6).token_ids
+
+
 def test_reset_forgets_the_conversation_cache_and_pool(tiny64) -> None:
     session = Session(tiny64)
     session.chat("x y z x y z", max_new_tokens=10, lookahead=la(2, 3, 2))

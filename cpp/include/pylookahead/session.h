@@ -126,8 +126,9 @@ class Session {
 
     // Measures, once per Session, the wall time of one decode forward pass against its tokens
     // (T = 1, 4, 8, 16, 32, 64, and 128, 256 while a step of 64 costs under 2.5 greedy steps),
-    // each the median of 3 runs after a warm-up, over 128 dummy cached rows (fewer in a small
-    // cache); then resets the cache. Returns the table (ascending T, the first T = 1); later
+    // each the median of 3 runs after a warm-up, over 128 dummy rows placed after the rows the
+    // cache holds (which stay reusable; when fewer than 128 rows are free after them the cache
+    // is emptied instead; fewer dummy rows in a small cache). Returns the table (ascending T, the first T = 1); later
     // calls return it without measuring. Takes roughly 30 forward passes.
     std::vector<StepCost> calibrate();
     // Replaces the table (e.g. one measured earlier, or a synthetic one for tests) and forgets
@@ -149,7 +150,8 @@ class Session {
     // Sessions: this one gets a fresh private pool.
     void reset();
     // Tokens whose K/V rows the cache holds now (prompt + output but its last token, after a
-    // generate(); 0 after reset(), calibrate(), prompt_logits() or an error).
+    // generate(); 0 after reset(), prompt_logits() or an error, and after a calibrate() that
+    // found no room after them).
     int cached_tokens() const;
     // N-grams in this Session's pool.
     int64_t pool_size() const;

@@ -278,7 +278,12 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
     PYLA_CHECK(options.vocab_size >= 1 && options.repetitions >= 1 && options.max_tokens >= 1,
                "bad calibration options");
     const std::function<double()> now = options.clock ? options.clock : steady_seconds;
-    const int capacity = model.kv_capacity();
+    // Calibrate after the rows the cache holds (a conversation's context stays usable), or from
+    // an empty cache when there is not enough room left after them.
+    int base = model.kv_len();
+    if (model.kv_capacity() - base < 2 * 64) base = 0;
+    model.truncate(base);
+    const int capacity = model.kv_capacity() - base;
     // One lookahead config per T: W = G, N = 3 (T = 4W) or N = 5 (T = 8W).
     struct Point {
         int tokens, w, n;
@@ -296,15 +301,15 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
         return static_cast<TokenId>((state >> 33) % static_cast<uint64_t>(options.vocab_size));
     };
     std::vector<TokenId> tokens(context);
-    std::vector<int32_t> positions(context);
+    std::vector<int32_t> positions(context), rows(context);
     for (int i = 0; i < context; ++i) {
         tokens[i] = dummy();
-        positions[i] = i;
+        positions[i] = base + i;
+        rows[i] = i;
     }
     std::vector<TokenId> argmax;
-    model.reset();
     model.forward_step(tokens, positions, nullptr, {context - 1}, {}, &argmax, nullptr);
-    model.commit(positions);
+    model.commit(rows);
 
     std::vector<StepCost> table;
     for (const Point& pt : points) {
@@ -329,7 +334,7 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
         std::vector<int32_t> step_positions(pt.tokens);
         for (int i = 0; i < pt.tokens; ++i) {
             step_tokens[i] = dummy();
-            step_positions[i] = context + layout.offsets[i];
+            step_positions[i] = base + context + layout.offsets[i];
         }
         const uint8_t* mask = pt.tokens > 1 ? layout.mask.data() : nullptr;
         std::vector<double> times;
@@ -343,7 +348,7 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
         std::sort(times.begin(), times.end());
         table.push_back(StepCost{pt.tokens, std::max(times[times.size() / 2], 1e-9)});
     }
-    model.reset();
+    model.truncate(base);
     return table;
 }
 

@@ -112,8 +112,10 @@ struct CalibrationOptions {
 
 // Times decode steps of T = 1 (a greedy step) and T = 4, 8, 16, 32, 64 (then 128, 256 while
 // cheap; all <= max_tokens and within the cache), each the real layout of a lookahead config with
-// that T (W = G, N = 3 or 5), over a dummy context of context_rows cached rows. Resets the model
-// (its cache) before and after. Returns ascending points, the first for T = 1.
+// that T (W = G, N = 3 or 5), over a dummy context of context_rows cached rows. The dummy rows
+// go after the rows the cache already holds, which are kept (kv_len() is the same on return),
+// unless fewer than 128 rows are free after them: then the cache is emptied first (kv_len() = 0
+// on return). Returns ascending points, the first for T = 1.
 std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOptions& options);
 
 }  // namespace pylookahead
