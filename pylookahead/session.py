@@ -130,6 +130,7 @@ class Session:
         self._session = _core.Session(self.model._core, config)
         self._busy = threading.Lock()
         self._messages: list[dict[str, str]] = []
+        self._last_output: GenerationOutput | None = None
 
     @property
     def tokenizer(self):
@@ -240,7 +241,7 @@ class Session:
     @property
     def last_output(self) -> GenerationOutput | None:
         """The output of the last finished generation (also of a stream)."""
-        return getattr(self, "_last_output", None)
+        return self._last_output
 
     # ---- context and pool --------------------------------------------------------------------
 
@@ -404,8 +405,17 @@ class Session:
                 return False
             return answer
 
-        result = self._session.generate(run.ids, run.config, run.lookahead, on_chunk)
+        # Without a stop string or a listener, the engine runs without calling back into Python
+        # every step, and the text is decoded once at the end (the same text: decoding does not
+        # depend on how the ids are chunked).
+        per_step = (
+            on_tokens is not None or on_piece is not None or cancelled is not None
+            or (text is not None and text.has_stop_strings)
+        )  # fmt: skip
+        result = self._session.generate(run.ids, run.config, run.lookahead, on_chunk if per_step else None)
         tokens = list(result.tokens)
+        if text is not None and not per_step:
+            text.feed(tokens)
         stop_string = None
         if text is not None:
             if text.stopped:

@@ -162,6 +162,11 @@ class TextStream:
         return list(self._ids)
 
     @property
+    def has_stop_strings(self) -> bool:
+        """Whether any stop string was given (else feeding all ids at once gives the same text)."""
+        return self._matcher is not None
+
+    @property
     def stopped(self) -> bool:
         """Whether a stop string has been matched."""
         return self._stop_string is not None

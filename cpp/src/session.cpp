@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "check.h"
+#include "io/binary_io.h"
 #include "io/model_config.h"
 #include "lookahead/auto_planner.h"
 #include "model/transformer.h"
@@ -287,17 +288,12 @@ namespace {
 constexpr char kPoolMagic[8] = {'P', 'Y', 'L', 'A', 'P', 'O', 'O', 'L'};
 constexpr uint32_t kPoolVersion = 1;
 
-void write_u32(std::ostream& out, uint32_t v) {
-    for (int i = 0; i < 4; ++i) out.put(static_cast<char>((v >> (8 * i)) & 0xFF));
-}
-
 uint32_t read_u32(std::istream& in, const std::string& path, const char* field) {
-    unsigned char b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) {
+    uint32_t v = 0;
+    if (!read_u32_le(in, &v)) {
         throw ConfigError(path + ": not a pylookahead pool file (truncated before " + field + ")");
     }
-    return static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 |
-           static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24;
+    return v;
 }
 
 }  // namespace
@@ -315,9 +311,9 @@ void Session::save_pool(const std::string& path) const {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw ConfigError("path: cannot write the pool file '" + tmp + "'");
         out.write(kPoolMagic, sizeof(kPoolMagic));
-        write_u32(out, kPoolVersion);
-        write_u32(out, static_cast<uint32_t>(info.vocab_size));
-        write_u32(out, static_cast<uint32_t>(info.architecture.size()));
+        write_u32_le(out, kPoolVersion);
+        write_u32_le(out, static_cast<uint32_t>(info.vocab_size));
+        write_u32_le(out, static_cast<uint32_t>(info.architecture.size()));
         out.write(info.architecture.data(), static_cast<std::streamsize>(info.architecture.size()));
         const std::string data = body.str();
         out.write(data.data(), static_cast<std::streamsize>(data.size()));

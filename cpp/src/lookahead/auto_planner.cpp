@@ -27,14 +27,14 @@ void push_capped(std::deque<double>* q, double value, size_t keep) {
     while (q->size() > keep) q->pop_front();
 }
 
-bool same_config(const std::optional<LookaheadConfig>& a, const std::optional<LookaheadConfig>& b) {
+}  // namespace
+
+bool same_shape(const std::optional<LookaheadConfig>& a, const std::optional<LookaheadConfig>& b) {
     if (a.has_value() != b.has_value()) return false;
     if (!a) return true;
     return a->window_size == b->window_size && a->ngram_size == b->ngram_size &&
            a->verification_set_size == b->verification_set_size;
 }
-
-}  // namespace
 
 // ---- StepCostModel -----------------------------------------------------------------------------
 
@@ -434,7 +434,7 @@ std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
         if (!best.config) {
             backoff_ = 0;
             switch_to(step, best, "plan");
-        } else if (!same_config(best.config, current_) &&
+        } else if (!same_shape(best.config, current_) &&
                    best.speedup > planner_.evaluate(current_).speedup * (1.0 + kSwitchMargin)) {
             switch_to(step, best, "plan");
         } else {

@@ -19,11 +19,7 @@ double steady_seconds() {
 }
 
 bool same_config(const std::optional<LookaheadConfig>& a, const std::optional<LookaheadConfig>& b) {
-    if (a.has_value() != b.has_value()) return false;
-    if (!a) return true;
-    return a->window_size == b->window_size && a->ngram_size == b->ngram_size &&
-           a->verification_set_size == b->verification_set_size && a->seed == b->seed &&
-           a->seed_from_prompt == b->seed_from_prompt;
+    return same_shape(a, b) && (!a || (a->seed == b->seed && a->seed_from_prompt == b->seed_from_prompt));
 }
 
 void validate_request(const DecodeRequest& request) {
@@ -245,8 +241,7 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                                                           : stats.accepted_from_prompt);
             }
             ++stats.lookahead_steps;
-            report.tokens_per_step =
-                model.prefers_fixed_shapes() ? t_full : std::min(t_real, t_full);
+            report.tokens_per_step = model.prefers_fixed_shapes() ? t_full : t_real;
             report.num_candidates = outcome.num_candidates;
             report.window_candidates = outcome.window_candidates;
             report.window_matched = outcome.window_matched;

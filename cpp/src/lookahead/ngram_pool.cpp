@@ -5,6 +5,7 @@
 #include <ostream>
 #include <string>
 
+#include "io/binary_io.h"
 #include "pylookahead/errors.h"
 
 #include "check.h"
@@ -74,20 +75,10 @@ bool operator==(const NgramPool& a, const NgramPool& b) {
 
 namespace {
 
-void put_u32(std::ostream& out, uint32_t v) {
-    const unsigned char b[4] = {static_cast<unsigned char>(v), static_cast<unsigned char>(v >> 8),
-                                static_cast<unsigned char>(v >> 16),
-                                static_cast<unsigned char>(v >> 24)};
-    out.write(reinterpret_cast<const char*>(b), 4);
-}
-
 uint32_t get_u32(std::istream& in, const std::string& name, const char* field) {
-    unsigned char b[4];
-    if (!in.read(reinterpret_cast<char*>(b), 4)) {
-        throw ConfigError(name + ": truncated pool data while reading " + field);
-    }
-    return static_cast<uint32_t>(b[0]) | static_cast<uint32_t>(b[1]) << 8 |
-           static_cast<uint32_t>(b[2]) << 16 | static_cast<uint32_t>(b[3]) << 24;
+    uint32_t v = 0;
+    if (!read_u32_le(in, &v)) throw ConfigError(name + ": truncated pool data while reading " + field);
+    return v;
 }
 
 // Reads a uint32 that must lie in [lo, hi].
@@ -110,18 +101,18 @@ void NgramPool::write(std::ostream& out) const {
         if (!kv.second.sources.empty()) keys.push_back(kv.first);
     }
     std::sort(keys.begin(), keys.end());
-    put_u32(out, static_cast<uint32_t>(ngram_len_));
-    put_u32(out, static_cast<uint32_t>(capacity_));
-    put_u32(out, static_cast<uint32_t>(keys.size()));
+    write_u32_le(out, static_cast<uint32_t>(ngram_len_));
+    write_u32_le(out, static_cast<uint32_t>(capacity_));
+    write_u32_le(out, static_cast<uint32_t>(keys.size()));
     for (TokenId key : keys) {
         const List& list = lists_.at(key);
-        put_u32(out, static_cast<uint32_t>(key));
-        put_u32(out, static_cast<uint32_t>(list.sources.size()));
+        write_u32_le(out, static_cast<uint32_t>(key));
+        write_u32_le(out, static_cast<uint32_t>(list.sources.size()));
         for (size_t i = 0; i < list.sources.size(); ++i) {
             const char source = static_cast<char>(list.sources[i]);
             out.write(&source, 1);
             for (int j = 0; j < ngram_len_; ++j) {
-                put_u32(out, static_cast<uint32_t>(list.tokens[i * ngram_len_ + j]));
+                write_u32_le(out, static_cast<uint32_t>(list.tokens[i * ngram_len_ + j]));
             }
         }
     }

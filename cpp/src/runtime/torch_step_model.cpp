@@ -51,8 +51,9 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
                                                          << " exceeds KV capacity "
                                                          << kv_.capacity());
     // Decode steps (greedy or lookahead) use the row-invariant attention, so that the exact rows
-    // equal a greedy step bit for bit; the bf16 GEMMs, norms and elementwise kernels already give
-    // a row the same bits whatever else is in the batch. Prefill is shared by both modes: SDPA.
+    // equal a greedy step bit for bit; the GEMMs (from min_decode_rows_ rows on), norms and
+    // elementwise kernels already give a row the same bits whatever else is in the batch.
+    // Prefill is shared by both modes: SDPA.
     // On the CPU that kernel reads the host mask directly, so the [T, kv_len + T] mask tensor is
     // built only for SDPA (prefill, CUDA).
     const bool row_invariant = !exact_rows.empty();
