@@ -63,7 +63,7 @@ class Transformer {
   private:
     // y = x W^T (+ bias). With packed weights: oneDNN's linear on the weight reordered once at
     // load, instead of at::linear, which reorders a bf16 weight on every call (same bits for
-    // M >= 2 rows) and runs fp32 on MKL (other bits); 1.5-3x faster per call here.
+    // M >= 2 rows) and runs fp32 on MKL (other bits).
     at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {}) const;
     // Reorders every linear weight for linear() when this build and device allow it.
     void pack_weights();
