@@ -47,7 +47,8 @@ void bind_errors(py::module_& m) {
 
 void bind_config(py::module_& m) {
     py::class_<LookaheadConfig>(m, "LookaheadConfig",
-                                "Lookahead decoding options: W columns x (N-1) levels, G candidates.")
+                                "Lookahead decoding options: W columns x (N-1) levels, G candidates; window_size=0 "
+                                "verifies pool candidates only (no Jacobi window).")
         .def(py::init([](int w, int n, int g, bool seed_from_prompt, uint64_t seed) {
                  LookaheadConfig c;
                  c.window_size = w;

@@ -9,7 +9,7 @@ import time
 
 def _lookahead_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("lookahead")
-    g.add_argument("-W", "--window-size", type=int, default=None, help="lookahead columns W")
+    g.add_argument("-W", "--window-size", type=int, default=None, help="lookahead columns W (0: verify pool n-grams only, no Jacobi window)")
     g.add_argument("-N", "--ngram-size", type=int, default=None, help="n-gram size N")
     g.add_argument("-G", "--verification-set-size", type=int, default=None, help="candidates G")
     g.add_argument("--greedy", action="store_true", help="plain greedy decoding (no lookahead)")

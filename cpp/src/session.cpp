@@ -231,6 +231,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     const int64_t room = static_cast<int64_t>(kv_capacity()) - static_cast<int64_t>(prompt.size()) -
                          gen.max_new_tokens;
     max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
+    impl_->planner.set_fixed_shapes(impl_->step_model.prefers_fixed_shapes());
     AutoController controller(impl_->planner, lookahead, max_tokens);
     req.policy = &controller;
     return impl_->run(req, gen, on_tokens);

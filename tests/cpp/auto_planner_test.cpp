@@ -153,9 +153,9 @@ TEST(AutoPlanner, CapsAndMargin) {
     AutoPlanner p;
     p.costs().set_table(table_of(0.01, flat));
     feed_history(&p.acceptance(), 400, 4, 5, 5);
-    for (int cap : {3, 4, 8, 12, 20, 40}) {
+    for (int cap : {1, 2, 3, 4, 8, 12, 20, 40}) {
         const PlanChoice c = p.plan(cap, 0.05);
-        if (cap < 4) {
+        if (cap < 2) {  // the smallest step with a candidate: W = 0, N = 2, G = 1 (T = 2)
             EXPECT_FALSE(c.config.has_value());
         } else {
             ASSERT_TRUE(c.config.has_value());
@@ -198,6 +198,47 @@ TEST(AutoPlanner, BestSpeedupIsMonotonic) {
         EXPECT_LE(s, prev + 1e-12) << slope;
         prev = s;
     }
+}
+
+// A CPU-like device: wide steps cost (a greedy step + 8% per extra row). Text whose history
+// n-grams recur: verification-only steps (W = 0) win, since they pay only for the candidates.
+TEST(AutoPlanner, PrefersVerificationOnlyStepsWhenRowsAreCostly) {
+    AutoPlanner p;
+    std::vector<StepCost> t;
+    for (int T : {1, 2, 4, 8, 16, 32, 64}) t.push_back({T, 0.01 * (1 + 0.08 * (T - 1))});
+    p.costs().set_table(t);
+    feed_history(&p.acceptance(), 400, 1, 5, 3);
+    const PlanChoice best = p.plan(64, 0.0);
+    ASSERT_TRUE(best.config.has_value());
+    EXPECT_EQ(best.config->window_size, 0);
+    EXPECT_GT(best.speedup, 1.3);
+}
+
+// Without candidates a verification-only step runs x alone: a greedy step's cost, unless the
+// model keeps fixed shapes (then it pays for the padded slots too).
+TEST(AutoPlanner, StepSecondsCountTheRowsThatRun) {
+    AutoPlanner p;
+    p.costs().set_table(table_of(0.01, linear));
+    feed_history(&p.acceptance(), 2000, 0, 5, 0);  // the history never offers a candidate
+    LookaheadConfig v;
+    v.window_size = 0;
+    v.ngram_size = 4;
+    v.verification_set_size = 2;
+    EXPECT_LT(p.acceptance().history_count_probability(0), 1.0);  // the prior keeps some hits
+    EXPECT_GT(p.acceptance().history_count_probability(0), 0.99);
+    EXPECT_NEAR(p.step_seconds(v), 0.01, 0.01 * 0.05);
+    LookaheadConfig w = v;
+    w.window_size = 2;  // window rows are paid every step: 2 * 3 rows at least
+    EXPECT_GE(p.step_seconds(w), 0.06 - 1e-12);
+    p.set_fixed_shapes(true);
+    EXPECT_DOUBLE_EQ(p.step_seconds(v), p.costs().seconds(7));
+    EXPECT_DOUBLE_EQ(p.step_seconds(w), p.costs().seconds(12));
+    // Probabilities of the counts sum to 1.
+    double sum = 0.0;
+    for (int c = 0; c <= AcceptanceModel::kMaxCount; ++c) {
+        sum += p.acceptance().history_count_probability(c);
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-12);
 }
 
 TEST(AutoPlanner, RealizedTokensCorrectTheModel) {
@@ -281,6 +322,17 @@ TEST(AutoController, PlansLookaheadKeepsItWhileItPays) {
     EXPECT_FALSE(d[0].greedy());
     EXPECT_GT(d[0].predicted_speedup, 1.05);
     for (const AutoDecision& x : d) EXPECT_FALSE(x.greedy());
+}
+
+// Repeats come in bursts: 24 steps that emit one token at 1.1x a greedy step's time between
+// two paying stretches do not end the run (the judgement weighs the run with a 64-step
+// half-life, not only the last 16 steps, which alone are 9% slower than greedy).
+TEST(AutoController, KeepsARunThatPaysThroughAQuietStretch) {
+    Sim sim(flat);
+    for (int i = 0; i < 48; ++i) ASSERT_TRUE(sim.run(1.0, 3).has_value()) << i;
+    for (int i = 0; i < 24; ++i) ASSERT_TRUE(sim.run(1.1, 1).has_value()) << "quiet " << i;
+    for (int i = 0; i < 48; ++i) ASSERT_TRUE(sim.run(1.0, 3).has_value()) << i;
+    for (const AutoDecision& x : sim.ctl->decisions()) EXPECT_FALSE(x.greedy()) << x.step;
 }
 
 TEST(AutoController, FallsBackWhenSlowerThanGreedyAndProbesWithBackoff) {

@@ -132,7 +132,9 @@ TEST_P(LookaheadOracle, PeriodicTextEqualsGreedyAndCompresses) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grid, LookaheadOracle,
-                         ::testing::Values(std::make_tuple(1, 2, 1), std::make_tuple(1, 2, 0),
+                         ::testing::Values(std::make_tuple(0, 2, 1), std::make_tuple(0, 3, 2),
+                                           std::make_tuple(0, 5, 4), std::make_tuple(0, 4, 16),
+                                           std::make_tuple(1, 2, 1), std::make_tuple(1, 2, 0),
                                            std::make_tuple(1, 3, 1), std::make_tuple(1, 5, 3),
                                            std::make_tuple(2, 2, 2), std::make_tuple(3, 3, 2),
                                            std::make_tuple(3, 3, 0), std::make_tuple(4, 4, 4),
@@ -246,7 +248,8 @@ TEST(LookaheadOracleCases, BadRequestsAreConfigErrors) {
     const Tokens text = periodic_text(60);
     EXPECT_THROW(decode(text, 0, 5, std::nullopt), ConfigError);  // empty prompt
     EXPECT_THROW(decode(text, 10, 0, std::nullopt), ConfigError);
-    EXPECT_THROW(decode(text, 10, 5, config_of(0, 3, 1)), ConfigError);
+    EXPECT_THROW(decode(text, 10, 5, config_of(-1, 3, 1)), ConfigError);
+    EXPECT_THROW(decode(text, 10, 5, config_of(0, 3, 0)), ConfigError);  // W = 0 needs G >= 1
     EXPECT_THROW(decode(text, 10, 5, config_of(2, 1, 1)), ConfigError);
 }
 

@@ -123,7 +123,7 @@ TEST(SampledDecode, LookaheadEqualsPlainSamplingForEverySeedAndConfig) {
             const GenerationResult plain = run(plain_lm, prompt, g, std::nullopt);
             ASSERT_EQ(plain.tokens.size(), 96u);
             for (auto [W, N, G] : {std::tuple{1, 2, 1}, std::tuple{3, 3, 3}, std::tuple{4, 5, 2},
-                                   std::tuple{2, 4, 0}, std::tuple{6, 3, 6}}) {
+                                   std::tuple{2, 4, 0}, std::tuple{6, 3, 6}, std::tuple{0, 4, 3}}) {
                 ChainLm lm(1024);
                 const GenerationResult la = run(lm, prompt, g, lookahead(W, N, G));
                 ASSERT_EQ(la.tokens, plain.tokens)

@@ -117,6 +117,30 @@ TEST(StepLayout, NoVerificationBranchWhenGIsZero) {
     EXPECT_EQ(layout.out_verify, 5);
 }
 
+// W = 0: x, then the candidates; no window rows, nothing read but x and the candidates.
+TEST(StepLayout, GoldenVerificationOnlyW0N4G2) {
+    const StepLayout layout = layout_for(0, 4, 2);
+    const StepBudget& b = layout.budget;
+    EXPECT_EQ(b.tokens_per_step, 7);
+    EXPECT_EQ(b.verify_begin, 1);
+    EXPECT_EQ(b.max_accept, 4);
+    //                                     x  u1 u2 u3 v1 v2 v3
+    EXPECT_EQ(layout.offsets, (std::vector<int32_t>{0, 1, 2, 3, 1, 2, 3}));
+    EXPECT_EQ(mask_rows(layout), (std::vector<std::string>{
+                                     "1......",  // x
+                                     "11.....",  // u1
+                                     "111....",  // u2
+                                     "1111...",  // u3
+                                     "1...1..",  // v1
+                                     "1...11.",  // v2
+                                     "1...111",  // v3
+                                 }));
+    EXPECT_EQ(layout.out_rows, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));
+    EXPECT_EQ(layout.out_last_level, 1);
+    EXPECT_EQ(layout.out_verify, 1);
+    EXPECT_EQ(layout.exact_rows, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));
+}
+
 class StepLayoutGrid : public ::testing::TestWithParam<std::tuple<int, int, int>> {};
 
 // Each row's visible rows are itself plus a set whose positions are exactly offsets 0..own - 1
@@ -126,7 +150,7 @@ TEST_P(StepLayoutGrid, EveryRowSeesAContiguousPrefix) {
     const StepLayout layout = layout_for(W, N, G);
     const StepBudget& b = layout.budget;
     const int T = b.tokens_per_step;
-    ASSERT_EQ(T, (W + G) * (N - 1));
+    ASSERT_EQ(T, W == 0 ? 1 + G * (N - 1) : (W + G) * (N - 1));
     ASSERT_EQ(layout.offsets.size(), static_cast<size_t>(T));
     ASSERT_EQ(layout.mask.size(), static_cast<size_t>(T) * T);
     for (int q = 0; q < T; ++q) {
@@ -148,9 +172,11 @@ TEST_P(StepLayoutGrid, EveryRowSeesAContiguousPrefix) {
         EXPECT_EQ(seen.back(), layout.offsets[q]);
     }
     EXPECT_TRUE(std::is_sorted(layout.out_rows.begin(), layout.out_rows.end()));
-    EXPECT_EQ(layout.out_rows.size(), static_cast<size_t>(1 + W + G * (N - 1) - (N == 2 ? 1 : 0)));
+    EXPECT_EQ(layout.out_rows.size(),
+              static_cast<size_t>(1 + W + G * (N - 1) - (N == 2 && W > 0 ? 1 : 0)));
     EXPECT_EQ(layout.out_rows[0], 0);
-    EXPECT_EQ(layout.out_rows[layout.out_last_level], b.last_level_begin);
+    EXPECT_EQ(layout.out_verify - layout.out_last_level, W);
+    if (W > 0) EXPECT_EQ(layout.out_rows[layout.out_last_level], b.last_level_begin);
     EXPECT_EQ(layout.out_rows.size() - layout.out_verify, static_cast<size_t>(G * (N - 1)));
 }
 
@@ -158,6 +184,9 @@ INSTANTIATE_TEST_SUITE_P(Grid, StepLayoutGrid,
                          ::testing::Combine(::testing::Values(1, 2, 5, 16),
                                             ::testing::Values(2, 3, 4, 7),
                                             ::testing::Values(0, 1, 3, 16)));
+INSTANTIATE_TEST_SUITE_P(VerificationOnly, StepLayoutGrid,
+                         ::testing::Combine(::testing::Values(0), ::testing::Values(2, 3, 4, 7),
+                                            ::testing::Values(1, 3, 16)));
 
 }  // namespace
 }  // namespace pylookahead

@@ -123,8 +123,9 @@ def test_parse_config() -> None:
     assert bench.parse_config("4,4,4") == (4, 4, 4)
     assert bench.parse_config(" 8, 5, 0 ") == (8, 5, 0)
     assert bench.parse_config("AUTO") == "auto"
-    with pytest.raises(ValueError, match="window_size"):
-        bench.parse_config("0,4,4")
+    assert bench.parse_config("0,4,4") == (0, 4, 4)  # verification only
+    with pytest.raises(ValueError, match="verification_set_size must be >= 1 when window_size is 0"):
+        bench.parse_config("0,4,0")
     with pytest.raises(ValueError, match="W,N,G"):
         bench.parse_config("4,4")
 

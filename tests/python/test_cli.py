@@ -45,7 +45,7 @@ def test_missing_model_dir_exits_with_2(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize(("flag", "value", "field"), [("-N", "1", "ngram_size"), ("-W", "0", "window_size")])
+@pytest.mark.parametrize(("flag", "value", "field"), [("-N", "1", "ngram_size"), ("-W", "-1", "window_size")])
 def test_bad_lookahead_flags_exit_with_2(tiny_llama: Path, flag: str, value: str, field: str) -> None:
     result = run_cli("generate", "--model", str(tiny_llama), "--prompt", "hi", flag, value)
     assert result.returncode == 2, (result.stdout, result.stderr)

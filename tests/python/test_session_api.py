@@ -117,8 +117,9 @@ def test_bad_prompts(session: Session, prompt, pattern: str) -> None:
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     [
-        (dict(window_size=0), r"window_size.*\(got 0\)"),
+        (dict(window_size=-1), r"window_size must be >= 0 \(got -1\)"),
         (dict(window_size=-3), r"window_size.*\(got -3\)"),
+        (dict(window_size=0, verification_set_size=0), r"verification_set_size must be >= 1 when window_size is 0"),
         (dict(ngram_size=1), r"ngram_size.*>= 2.*\(got 1\)"),
         (dict(verification_set_size=-1), r"verification_set_size.*\(got -1\)"),
     ],

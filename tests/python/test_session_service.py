@@ -20,7 +20,7 @@ import pytest
 from pylookahead import LookaheadConfig, Model, Session
 from tiny_models import TINY_VOCAB_SIZE
 
-CONFIGS = [(1, 2, 1), (2, 3, 2), (4, 4, 4), (3, 5, 2), (5, 3, 0)]
+CONFIGS = [(1, 2, 1), (2, 3, 2), (4, 4, 4), (3, 5, 2), (5, 3, 0), (0, 4, 3)]
 
 
 def la(w: int, n: int, g: int) -> LookaheadConfig:

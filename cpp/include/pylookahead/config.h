@@ -19,18 +19,28 @@ namespace pylookahead {
 // G verification candidates in one forward pass of (W + G) * (N - 1) tokens, and emits 1..N
 // tokens. The output equals plain greedy decoding token for token; these options change only
 // how many forward passes it takes. Pass it to Session::generate; std::nullopt there means greedy.
+//
+// window_size = 0 drops the Jacobi window: a step is the input token plus the pool's candidates
+// for it (1 + G * (N - 1) tokens), and the pool is fed only by the prompt and the emitted text
+// (seed_from_prompt), a kept or shared pool, or a loaded one. Where wide forward passes are
+// costly (a CPU), this verification-only step costs about one greedy step.
 struct LookaheadConfig {
-    int window_size = 4;            // W: lookahead columns (>= 1); also n-grams harvested per step
+    int window_size = 4;            // W: lookahead columns (>= 0); also n-grams harvested per step
     int ngram_size = 4;             // N: n-gram length (>= 2); a step emits at most N tokens
     int verification_set_size = 4;  // G: candidates verified per step, and pool entries per key (>= 0)
     bool seed_from_prompt = true;   // put every n-gram of the prompt and of the accepted text in the pool
     uint64_t seed = 0;              // seeds the random initial window (drawn from prompt tokens)
 
-    // Tokens in one step: (W + G) * (N - 1). Meaningful only for valid fields; never throws.
-    int tokens_per_step() const { return (window_size + verification_set_size) * (ngram_size - 1); }
+    // Tokens in one step: (W + G) * (N - 1), or 1 + G * (N - 1) when W = 0. Meaningful only for
+    // valid fields; never throws.
+    int tokens_per_step() const {
+        return window_size == 0 ? 1 + verification_set_size * (ngram_size - 1)
+                                : (window_size + verification_set_size) * (ngram_size - 1);
+    }
 
-    // Throws ConfigError unless 1 <= window_size <= 64, 2 <= ngram_size <= 64,
-    // 0 <= verification_set_size <= 64 and tokens_per_step() <= 1024.
+    // Throws ConfigError unless 0 <= window_size <= 64, 2 <= ngram_size <= 64,
+    // 0 <= verification_set_size <= 64, verification_set_size >= 1 when window_size = 0 (else
+    // a step could never emit more than one token) and tokens_per_step() <= 1024.
     void validate() const;
 };
 

@@ -48,6 +48,7 @@ struct StepCost {
 struct AutoDecision {
     int64_t step = 0;               // index (0-based, after prefill) of the first step that runs it
     int window_size = 0;            // W, N, G of the lookahead config; all 0 = plain greedy steps
+                                    // (W = 0 alone: verification-only steps)
     int ngram_size = 0;
     int verification_set_size = 0;
     std::string reason;             // "plan": the model's choice; "fallback": lookahead ran slower
@@ -55,7 +56,7 @@ struct AutoDecision {
     double expected_tokens = 1.0;   // the model's tokens per step for it, when chosen
     double predicted_speedup = 1.0; // its predicted tokens/s over greedy's, when chosen
 
-    bool greedy() const { return window_size == 0; }
+    bool greedy() const { return ngram_size == 0; }
     // "greedy" or "W,N,G".
     std::string label() const {
         if (greedy()) return "greedy";

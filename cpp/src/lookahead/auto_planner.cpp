@@ -203,6 +203,7 @@ void AcceptanceModel::observe_history(int count, int gamma, int matched, double 
 }
 
 void AcceptanceModel::observe_window(int window_size, int count, int gamma, int matched) {
+    if (window_size <= 0) return;  // verification-only step: nothing about the window
     window_count_sum_ += std::max(count, 0);
     window_count_units_ += window_units(std::max(window_size, 1));
     if (window_count_units_ > kKappaMaxUnits) {
@@ -219,7 +220,22 @@ double AcceptanceModel::history_hit_rate() const {
     return 1.0 - none / (prior_total + count_total_);
 }
 
+double AcceptanceModel::history_count_probability(int count) const {
+    if (count < 0 || count > kMaxCount) return 0.0;
+    const double prior_total = kCountPrior[0] + kCountPrior[1] + kCountPrior[2];
+    const double w = count_weight_[count] + (count < 3 ? kCountPrior[count] : 0.0);
+    return w / (prior_total + count_total_);
+}
+
+double AcceptanceModel::verified_candidates(int window_size, int verification_set_size,
+                                            int history_count) const {
+    const double G = verification_set_size;
+    const double b_h = std::min<double>(history_count, G);
+    return b_h + std::min(window_candidates(window_size), G - b_h);
+}
+
 double AcceptanceModel::window_candidates(int window_size) const {
+    if (window_size <= 0) return 0.0;
     const double kappa = (kKappaPrior * kKappaWeight + window_count_sum_) /
                          (kKappaWeight + window_count_units_);
     return kappa * window_units(window_size);
@@ -256,17 +272,21 @@ constexpr double kBiasMaxGain = 256.0;  // predicted gain kept (older steps fade
 const std::vector<LookaheadConfig>& AutoPlanner::candidate_configs() {
     static const std::vector<LookaheadConfig> configs = [] {
         std::vector<LookaheadConfig> out;
+        auto add = [&out](int w, int n, int g) {
+            LookaheadConfig c;
+            c.window_size = w;
+            c.ngram_size = n;
+            c.verification_set_size = g;
+            c.seed_from_prompt = true;
+            out.push_back(c);
+        };
         for (int w : {1, 2, 4, 8, 16}) {
             for (int n = 3; n <= kMaxNgramSize; ++n) {
-                for (int g : {1, 2, 4, 8, 16}) {
-                    LookaheadConfig c;
-                    c.window_size = w;
-                    c.ngram_size = n;
-                    c.verification_set_size = g;
-                    c.seed_from_prompt = true;
-                    out.push_back(c);
-                }
+                for (int g : {1, 2, 4, 8, 16}) add(w, n, g);
             }
+        }
+        for (int n = 2; n <= kMaxNgramSize; ++n) {
+            for (int g : {1, 2, 4, 8}) add(0, n, g);
         }
         // Smallest T first: among equal predictions the cheaper config wins.
         std::stable_sort(out.begin(), out.end(), [](const LookaheadConfig& a, const LookaheadConfig& b) {
@@ -311,6 +331,27 @@ double AutoPlanner::expected_tokens(const LookaheadConfig& config) const {
     return (kRealizedPrior * model + it->second.second) / (kRealizedPrior + it->second.first);
 }
 
+double AutoPlanner::step_seconds(const LookaheadConfig& config) const {
+    if (fixed_shapes_) return costs_.seconds(config.tokens_per_step());
+    // Rows run: x and the window, then N - 1 per verified candidate (cf. run_decode). A
+    // fractional candidate count interpolates between the two neighbouring row counts.
+    const int len = config.ngram_size - 1;
+    const int base = config.window_size == 0 ? 1 : config.window_size * len;
+    double s = 0.0;
+    for (int c = 0; c <= AcceptanceModel::kMaxCount; ++c) {
+        const double p = acceptance_.history_count_probability(c);
+        if (p <= 0.0) continue;
+        const double b = acceptance_.verified_candidates(config.window_size,
+                                                         config.verification_set_size, c);
+        const int lo = static_cast<int>(std::floor(b));
+        const double frac = b - lo;
+        double t = costs_.seconds(base + lo * len);
+        if (frac > 0.0) t += frac * (costs_.seconds(base + (lo + 1) * len) - t);
+        s += p * t;
+    }
+    return s;
+}
+
 PlanChoice AutoPlanner::evaluate(const std::optional<LookaheadConfig>& config) const {
     PlanChoice c;
     c.config = config;
@@ -322,7 +363,7 @@ PlanChoice AutoPlanner::evaluate(const std::optional<LookaheadConfig>& config) c
         return c;
     }
     c.expected_tokens = expected_tokens(*config);
-    c.seconds_per_step = costs_.seconds(config->tokens_per_step());
+    c.seconds_per_step = step_seconds(*config);
     c.speedup = c.expected_tokens * greedy_s / c.seconds_per_step;
     return c;
 }
@@ -420,7 +461,8 @@ std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
         if (steps_since_check_ < judge_after_) return current_;
         // Judge the last window: realized tokens/s against greedy's (measured, or the table's).
         const double greedy_rate = 1.0 / planner_.costs().seconds(1);
-        const bool slower = window_seconds_ > 0.0 && window_tokens_ / window_seconds_ < greedy_rate;
+        const bool slower = window_seconds_ > 0.0 && window_tokens_ / window_seconds_ <
+                                                         greedy_rate * (1.0 - kFallbackTolerance);
         if (slower) {
             backoff_ = static_cast<int64_t>(options_.probe_after) << std::min(failed_, 4);
             ++failed_;
@@ -440,8 +482,6 @@ std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
         } else {
             steps_since_check_ = 0;
             judge_after_ = options_.replan_interval;
-            window_tokens_ = 0.0;
-            window_seconds_ = 0.0;
         }
         return current_;
     }
@@ -462,8 +502,9 @@ void AutoController::after_step(const StepReport& r) {
     ++steps_since_check_;
     planner_.costs().observe(r.tokens_per_step, r.seconds);
     if (current_) {
-        window_tokens_ += r.tokens;
-        window_seconds_ += r.seconds;
+        const double decay = std::exp2(-1.0 / kJudgeHalfLife);
+        window_tokens_ = window_tokens_ * decay + r.tokens;
+        window_seconds_ = window_seconds_ * decay + r.seconds;
         planner_.observe_lookahead_step(*current_, r.tokens, current_model_tokens_);
         planner_.acceptance().observe_window(current_->window_size, r.window_candidates,
                                              current_->ngram_size - 1, r.window_matched);

@@ -111,10 +111,17 @@ class AcceptanceModel {
     double alpha_window() const { return window_alpha_.alpha(); }
     // P(the history pool offers at least one candidate for the key).
     double history_hit_rate() const;
-    // Expected window candidates for the key with window size W: kappa * (1 + log2 W).
+    // P(the history pool offers exactly `count` candidates for the key), count in
+    // [0, kMaxCount] (the last one stands for kMaxCount or more); priors included.
+    double history_count_probability(int count) const;
+    // Expected window candidates for the key with window size W: kappa * (1 + log2 W); 0 for
+    // W = 0.
     double window_candidates(int window_size) const;
     // Expected tokens per lookahead step (the compression S) of (W, N, G).
     double tokens_per_step(int window_size, int ngram_size, int verification_set_size) const;
+    // Expected candidates a step of (W, N, G) verifies when the history offers `history_count`:
+    // min(history_count + window candidates, G).
+    double verified_candidates(int window_size, int verification_set_size, int history_count) const;
     double history_weight() const { return history_alpha_.weight(); }
 
   private:
@@ -139,12 +146,22 @@ class AutoPlanner {
   public:
     AutoPlanner() = default;
 
-    // W in {1, 2, 4, 8, 16} x N in {3, 4, 5, 6} x G in {1, 2, 4, 8, 16}, seed_from_prompt on.
+    // W in {1, 2, 4, 8, 16} x N in {3, 4, 5, 6} x G in {1, 2, 4, 8, 16}, plus the
+    // verification-only W = 0 x N in {2, ..., 6} x G in {1, 2, 4, 8}; seed_from_prompt on.
     static const std::vector<LookaheadConfig>& candidate_configs();
     static constexpr int kMaxNgramSize = 6;  // largest N of candidate_configs()
 
     StepCostModel& costs() { return costs_; }
     const StepCostModel& costs() const { return costs_; }
+    // Whether the model runs every step at its full (W + G)(N - 1) tokens (StepModel::
+    // prefers_fixed_shapes, e.g. CUDA) or only the rows of the candidates it has (CPU: a W = 0
+    // step without candidates costs a greedy step). Default false.
+    void set_fixed_shapes(bool fixed) { fixed_shapes_ = fixed; }
+    bool fixed_shapes() const { return fixed_shapes_; }
+    // Expected seconds of one step of `config`: the cost at its full T with fixed shapes, else
+    // the cost at the rows it runs (window + verified candidates) averaged over the history
+    // candidate counts.
+    double step_seconds(const LookaheadConfig& config) const;
     AcceptanceModel& acceptance() { return acceptance_; }
     const AcceptanceModel& acceptance() const { return acceptance_; }
 
@@ -168,6 +185,7 @@ class AutoPlanner {
   private:
     StepCostModel costs_;
     AcceptanceModel acceptance_;
+    bool fixed_shapes_ = false;
     std::map<std::tuple<int, int, int>, std::pair<double, double>> realized_;  // (W,N,G) -> (n, sum)
     double realized_gain_ = 0.0;   // sum over lookahead steps of (tokens - 1)
     double predicted_gain_ = 0.0;  // sum over them of (model's tokens per step - 1)
@@ -249,6 +267,14 @@ class AutoController : public StepPolicy {
     static constexpr double kPromptWeight = 0.25;
     // A lookahead config replaces the running one only if predicted this much faster.
     static constexpr double kSwitchMargin = 0.10;
+    // A lookahead run is judged slower than greedy (fallback) only below greedy's rate by more
+    // than this: a verification-only run whose text offers few candidates runs at about
+    // greedy's speed, and machine noise alone would otherwise send it back to greedy.
+    static constexpr double kFallbackTolerance = 0.03;
+    // Judgements weigh the run's steps with this half-life (in steps), not just the last
+    // replan_interval: repeats come in bursts (code), and a quiet stretch between two bursts is
+    // not a reason to leave a config that pays overall.
+    static constexpr double kJudgeHalfLife = 64.0;
 
   private:
     void switch_to(int64_t step, const PlanChoice& choice, const char* reason);
@@ -264,7 +290,9 @@ class AutoController : public StepPolicy {
     int64_t steps_in_mode_ = 0;      // steps since the last switch
     int64_t steps_since_check_ = 0;  // steps since the last plan / judgement
     int64_t judge_after_ = 0;        // lookahead: steps before the next judgement
-    double window_tokens_ = 0.0;     // lookahead tokens and seconds since the last judgement
+    // Tokens and seconds of the running lookahead config since it started, older steps fading
+    // with a half-life of kJudgeHalfLife steps: what a judgement compares with greedy's rate.
+    double window_tokens_ = 0.0;
     double window_seconds_ = 0.0;
     int64_t backoff_ = 0;            // greedy steps to wait after a fallback (0 = none)
     int failed_ = 0;                 // consecutive lookahead runs judged slower than greedy

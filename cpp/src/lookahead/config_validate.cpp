@@ -28,11 +28,19 @@ void check_range(const char* field, int value, int lo, int hi) {
 }  // namespace
 
 void LookaheadConfig::validate() const {
-    check_range("window_size", window_size, 1, kMaxWindowSize);
+    check_range("window_size", window_size, 0, kMaxWindowSize);
     check_range("ngram_size", ngram_size, 2, kMaxNgramSize);
     check_range("verification_set_size", verification_set_size, 0, kMaxVerificationSetSize);
+    if (window_size == 0 && verification_set_size == 0) {
+        throw ConfigError(
+            "verification_set_size must be >= 1 when window_size is 0 (got 0): a step without "
+            "window and candidates could only emit one token");
+    }
     if (tokens_per_step() > kMaxTokensPerStep) {
-        throw ConfigError("tokens per step (window_size + verification_set_size) * (ngram_size - 1)"
+        throw ConfigError(std::string("tokens per step ") +
+                          (window_size == 0 ? "1 + verification_set_size * (ngram_size - 1)"
+                                            : "(window_size + verification_set_size) * "
+                                              "(ngram_size - 1)") +
                           " must be <= " + std::to_string(kMaxTokensPerStep) + " (got " +
                           std::to_string(tokens_per_step()) + " for window_size " +
                           std::to_string(window_size) + ", ngram_size " +

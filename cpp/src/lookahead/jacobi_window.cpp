@@ -24,12 +24,13 @@ JacobiWindow::JacobiWindow(int window_size, int ngram_size)
       ngram_size_(ngram_size),
       cells_(static_cast<size_t>(ngram_size - 1) * window_size, 0),
       ngram_(ngram_size - 1, 0) {
-    PYLA_CHECK(window_size >= 1 && ngram_size >= 2, "W " << window_size << ", N " << ngram_size);
+    PYLA_CHECK(window_size >= 0 && ngram_size >= 2, "W " << window_size << ", N " << ngram_size);
 }
 
 void JacobiWindow::init(const std::vector<TokenId>& prompt, uint64_t seed) {
     PYLA_CHECK(!prompt.empty(), "empty prompt");
     std::mt19937_64 rng(seed);
+    if (cells_.empty()) return;  // W = 0: no window
     cells_[0] = 0;
     for (size_t i = 1; i < cells_.size(); ++i) {
         cells_[i] = prompt[uniform_index(rng, prompt.size())];
@@ -48,6 +49,7 @@ void JacobiWindow::harvest(TokenId x, const TokenId* next, NgramPool* pool) cons
 void JacobiWindow::shift(const TokenId* next) {
     // In row order the shift is: drop the first W cells, append next. Cell 0 (x) stays unused.
     const int W = window_size_;
+    if (W == 0) return;
     std::copy(cells_.begin() + W, cells_.end(), cells_.begin());
     std::copy(next, next + W, cells_.end() - W);
     cells_[0] = 0;

@@ -9,7 +9,8 @@ StepBudget step_budget(const LookaheadConfig& config) {
     b.verification_set_size = config.verification_set_size;
     b.tokens_per_step = config.tokens_per_step();
     b.last_level_begin = (b.ngram_size - 2) * b.window_size;
-    b.verify_begin = (b.ngram_size - 1) * b.window_size;
+    // W = 0: row 0 (x) alone, then the candidates.
+    b.verify_begin = b.window_size == 0 ? 1 : (b.ngram_size - 1) * b.window_size;
     b.max_accept = b.ngram_size;
     return b;
 }
@@ -21,6 +22,7 @@ StepLayout build_step_layout(const StepBudget& b) {
     layout.offsets.assign(T, 0);
     layout.mask.assign(static_cast<size_t>(T) * T, 0);
     auto see = [&](int q, int k) { layout.mask[static_cast<size_t>(q) * T + k] = 1; };
+    see(0, 0);  // x; with W >= 1 also cell (0, 0) of the window
 
     for (int level = 0; level < b.ngram_size - 1; ++level) {
         for (int j = 0; j < W; ++j) {
@@ -39,7 +41,7 @@ StepLayout build_step_layout(const StepBudget& b) {
         }
     }
 
-    if (b.ngram_size > 2) layout.out_rows.push_back(0);
+    if (b.ngram_size > 2 || W == 0) layout.out_rows.push_back(0);
     layout.out_last_level = static_cast<int>(layout.out_rows.size());
     for (int j = 0; j < W; ++j) layout.out_rows.push_back(b.last_level_begin + j);
     layout.out_verify = static_cast<int>(layout.out_rows.size());

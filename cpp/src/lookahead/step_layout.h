@@ -44,6 +44,9 @@
 //   20   v3    p+3 *   1  .  .  .  .  .  .  .  .  .  .  .  .  .  .  .  .  .  1  1  1
 //
 // For N = 2 the last level is row 0 itself (x and level 0), so out_rows starts 0..W-1.
+//
+// W = 0 (verification only) has no window: row 0 is x at p, seeing itself, and the candidates
+// start at row 1, T = 1 + G * (N - 1); out_rows = 0, then every verification row.
 #pragma once
 
 #include <cstdint>
@@ -58,9 +61,9 @@ struct StepBudget {
     int window_size = 0;            // W
     int ngram_size = 0;             // N
     int verification_set_size = 0;  // G
-    int tokens_per_step = 0;        // T = (W + G) * (N - 1)
+    int tokens_per_step = 0;        // T = (W + G) * (N - 1), or 1 + G * (N - 1) when W = 0
     int last_level_begin = 0;       // first row of level N-2: (N - 2) * W
-    int verify_begin = 0;           // first verification row: (N - 1) * W
+    int verify_begin = 0;           // first verification row: (N - 1) * W (1 when W = 0)
     int max_accept = 0;             // most tokens one step emits: N (N - 1 accepted + bonus)
 
     int candidate_len() const { return ngram_size - 1; }
@@ -79,7 +82,8 @@ struct StepLayout {
     std::vector<int32_t> offsets;   // [T] position of each row minus p
     std::vector<uint8_t> mask;      // [T * T] row-major, mask[q * T + k] = 1 iff row q sees row k
     std::vector<int32_t> out_rows;  // [R] rows whose argmax is read, ascending
-    int out_last_level = 0;         // index in out_rows of last-level column 0 (0 when N = 2)
+    int out_last_level = 0;         // index in out_rows of last-level column 0 (0 when N = 2;
+                                    // W = 0: 1, an empty range)
     int out_verify = 0;             // index in out_rows of the first verification row
     std::vector<int32_t> exact_rows;  // [1 + G(N-1)] row 0 and the verification rows: the rows
                                       // that may be committed or decide acceptance
