@@ -1,5 +1,6 @@
 #include "runtime/torch_step_model.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "check.h"
@@ -17,6 +18,33 @@ at::Tensor TorchStepModel::to_device_long(const std::vector<int32_t>& v) const {
     at::Tensor host = at::from_blob(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())},
                                     at::TensorOptions().dtype(at::kInt));
     return host.to(at::TensorOptions().dtype(at::kLong).device(model_.device()));
+}
+
+TorchStepModel::StepInputs TorchStepModel::stage_inputs(const std::vector<TokenId>& tokens,
+                                                        const std::vector<int32_t>& positions,
+                                                        const std::vector<int32_t>& out_rows) {
+    const int64_t need = static_cast<int64_t>(std::max(tokens.size(), out_rows.size()));
+    if (!host_inputs_.defined() || host_inputs_.size(1) < need) {
+        const int64_t cap = std::max<int64_t>(need, 1024);  // every lookahead step fits 1024
+        const bool cuda = model_.device().is_cuda();
+        host_inputs_ = at::empty({3, cap}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
+        device_inputs_ = cuda ? at::empty({3, cap}, at::TensorOptions().dtype(at::kLong).device(
+                                                        model_.device()))
+                              : host_inputs_;
+    }
+    const int64_t cap = host_inputs_.size(1);
+    int64_t* h = host_inputs_.data_ptr<int64_t>();
+    const int64_t t = static_cast<int64_t>(tokens.size()), r = static_cast<int64_t>(out_rows.size());
+    std::copy(tokens.begin(), tokens.end(), h);
+    std::copy(positions.begin(), positions.end(), h + cap);
+    std::copy(out_rows.begin(), out_rows.end(), h + 2 * cap);
+    if (!device_inputs_.is_same(host_inputs_)) {
+        // The previous step's copy has finished: its argmax was read back on the host since.
+        device_inputs_.copy_(host_inputs_, /*non_blocking=*/true);
+    }
+    return {device_inputs_.select(0, 0).narrow(0, 0, t),
+            device_inputs_.select(0, 1).narrow(0, 0, t),
+            device_inputs_.select(0, 2).narrow(0, 0, r)};
 }
 
 void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
@@ -71,8 +99,9 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         m.narrow(1, kv_len_, t).copy_(mask_block_);
         full_mask = m;
     }
-    at::Tensor logits = model_.forward(to_device_long(tokens), to_device_long(positions), full_mask,
-                                       kv_, kv_len_, to_device_long(out_rows), row_invariant, mask);
+    const StepInputs in = stage_inputs(tokens, positions, out_rows);
+    at::Tensor logits = model_.forward(in.tokens, in.positions, full_mask, kv_, kv_len_,
+                                       in.out_rows, row_invariant, mask);
     pending_rows_ = static_cast<int>(t);
     if (sampler != nullptr) {
         // Sampling draws on the host from the R rows' fp32 logits (R x V floats to copy on a GPU).

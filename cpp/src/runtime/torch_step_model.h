@@ -34,6 +34,14 @@ class TorchStepModel : public StepModel {
 
   private:
     at::Tensor to_device_long(const std::vector<int32_t>& v) const;
+    // Stages a step's ids, positions and out rows in the preallocated input buffers (grown only
+    // for a longer step, e.g. a long prompt's prefill) and returns device views of them.
+    struct StepInputs {
+        at::Tensor tokens, positions, out_rows;  // int64 [T], [T], [R] on the model's device
+    };
+    StepInputs stage_inputs(const std::vector<TokenId>& tokens,
+                            const std::vector<int32_t>& positions,
+                            const std::vector<int32_t>& out_rows);
 
     const Transformer& model_;
     // Decode steps run at least this many rows (padding rows are computed and thrown away): the
@@ -44,6 +52,11 @@ class TorchStepModel : public StepModel {
     KvCache kv_;
     int kv_len_ = 0;
     int pending_rows_ = 0;               // step rows written by the last forward_step
+    // [3, cap] int64: row 0 token ids, row 1 positions, row 2 out rows of the current step.
+    // Host side pinned on CUDA; on the CPU both are the same tensor. Decode steps reuse them
+    // (no per-step allocation; fixed addresses for a step of fixed shape).
+    at::Tensor host_inputs_;
+    at::Tensor device_inputs_;
     std::vector<uint8_t> mask_key_;      // [T * T] the step mask last turned into mask_block_
     at::Tensor mask_block_;              // [T, T] bool on device
 };
