@@ -117,9 +117,12 @@ def _log_fit(points: list[dict[str, Any]]) -> tuple[float, float] | None:
 
 
 def plot_sweep(path: Path, data: dict[str, Any], out_dir: Path) -> list[Path]:
-    points = _lookahead_points(data)
-    if not points:
+    every = _lookahead_points(data)
+    if not every:
         return []
+    # The scaling law is about the window: verification-only points (W = 0) are drawn apart, unfitted.
+    points = [p for p in every if p["W"] > 0]
+    verify_only = [p for p in every if p["W"] == 0]
     plt = _plt()
     slug = run_slug(path, data)
     title = f"{data['settings']['model']} {data['settings']['dtype']}, {data['dataset']['name']} " \
@@ -138,14 +141,20 @@ def plot_sweep(path: Path, data: dict[str, Any], out_dir: Path) -> list[Path]:
         for p in pts:
             ax.annotate(f"W{p['W']}G{p['G']}", (p["tokens_per_step"], p["compression"]), fontsize=6,
                         xytext=(3, 3), textcoords="offset points")  # fmt: skip
-    fit = _log_fit(points)
+    if verify_only:
+        ax.plot([p["tokens_per_step"] for p in verify_only], [p["compression"] for p in verify_only], "x",
+                color="crimson", label="W=0 (verification only)")  # fmt: skip
+        for p in verify_only:
+            ax.annotate(f"N{p['N']}G{p['G']}", (p["tokens_per_step"], p["compression"]), fontsize=6,
+                        xytext=(3, -8), textcoords="offset points")  # fmt: skip
+    fit = _log_fit(points) if points else None
     if fit is not None:
         a, b = fit
         xs = sorted({p["tokens_per_step"] for p in points})
         ax.plot(xs, [a + b * math.log2(x) for x in xs], "--", color="gray",
                 label=f"fit: {a:.2f} + {b:.2f}·log2(tokens/step)")  # fmt: skip
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("tokens per step (W + G)(N - 1), log scale")
+    ax.set_xlabel("tokens per step (W + G)(N - 1), or 1 + G(N - 1) for W = 0; log scale")
     ax.set_ylabel("compression ratio (tokens per forward pass)")
     ax.set_title(title, fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
@@ -166,8 +175,12 @@ def plot_sweep(path: Path, data: dict[str, Any], out_dir: Path) -> list[Path]:
         color = cmap(k / max(1, len(ns) - 1))
         ax.plot([p["tokens_per_step"] for p in pts], [p["step_ms"] for p in pts], "o", color=color,
                 label=f"N={n}")  # fmt: skip
+    vo = [p for p in verify_only if p["step_ms"] is not None]
+    if vo:
+        ax.plot([p["tokens_per_step"] for p in vo], [p["step_ms"] for p in vo], "x", color="crimson",
+                label="W=0 (verification only; a CPU runs only the candidates the pool has)")  # fmt: skip
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("tokens per step (W + G)(N - 1), log scale")
+    ax.set_xlabel("tokens per step (W + G)(N - 1), or 1 + G(N - 1) for W = 0; log scale")
     ax.set_ylabel("median time per step (ms)")
     ax.set_ylim(bottom=0)
     ax.set_title(title + f"\n{data['machine'].get('cpu_model')}, {data['machine'].get('torch_threads')} threads",

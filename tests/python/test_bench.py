@@ -161,7 +161,7 @@ def bench_result(tiny_llama: Path, prompt_file: Path, single_thread: Any) -> tup
     argv = [
         "--model", str(tiny_llama), "--dtype", "float32", "--threads", "1", "--dataset", str(prompt_file),
         "--limit", "2", "--select", "first", "--max-new-tokens", "8", "--methods", "greedy,lookahead,hf-greedy",
-        "--config", "4,4,4", "--config", "2,3,1", "--config", "auto", "--no-progress",
+        "--config", "4,4,4", "--config", "2,3,1", "--config", "0,3,2", "--config", "auto", "--no-progress",
     ]  # fmt: skip
     args = bench.build_parser().parse_args(argv)
     return bench.run_benchmark(args, command="pylookahead bench " + " ".join(argv))
