@@ -29,6 +29,16 @@ def test_generate_compare_greedy(tiny_llama: Path) -> None:
     assert len(lines[0].split()) == 8, lines[0]
 
 
+def test_generate_verification_only(tiny_llama: Path) -> None:
+    result = run_cli(
+        "generate", "--model", str(tiny_llama), "--prompt", "the cat sat on the mat and the cat sat on the",
+        "--max-new-tokens", "8", "--compare-greedy", "-W", "0", "-N", "3", "-G", "2", "--threads", "1",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert any("window_size=0, ngram_size=3, verification_set_size=2" in line for line in result.stdout.splitlines())
+    assert any(line.startswith("identical output;") for line in result.stdout.splitlines()), result.stdout
+
+
 def test_generate_greedy_only(tiny_llama: Path) -> None:
     result = run_cli("generate", "--model", str(tiny_llama), "--prompt", "hello world", "--max-new-tokens", "5",
                      "--greedy", "--threads", "1")  # fmt: skip

@@ -162,6 +162,26 @@ def test_tiny_compresses_on_a_repetitive_prompt(tiny_case) -> None:
 
 
 @pytest.mark.parametrize("arch", TINY_ARCHS)
+def test_tiny_verification_only_compresses_from_the_prompt_alone(tiny_case, arch: str) -> None:
+    """window_size=0: no Jacobi window; every accepted n-gram comes from the prompt / output, and it still compresses."""
+    case = tiny_case(arch, 0)
+    lookahead = la(0, 4, 4)
+    assert lookahead.tokens_per_step == 1 + 4 * 3
+    out = case.session.generate(case.prompt, max_new_tokens=TINY_NEW_TOKENS, lookahead=lookahead)
+    assert out.token_ids == case.greedy.token_ids
+    check_stats(out, lookahead)
+    assert out.stats.accepted_from_window == 0
+    assert out.stats.accepted_from_prompt == sum(out.stats.accept_histogram[2:]) > 0
+    assert out.stats.steps < out.stats.new_tokens - 1
+    without_seeds = case.session.generate(
+        case.prompt, max_new_tokens=TINY_NEW_TOKENS, lookahead=la(0, 4, 4, seed_from_prompt=False)
+    )
+    assert without_seeds.token_ids == case.greedy.token_ids
+    assert without_seeds.stats.steps == without_seeds.stats.new_tokens - 1  # nothing to verify: greedy steps
+    assert without_seeds.stats.pool_size == 0
+
+
+@pytest.mark.parametrize("arch", TINY_ARCHS)
 def test_tiny_max_new_tokens_inside_an_accepted_run(tiny_case, arch: str) -> None:
     """max_new_tokens = k gives exactly greedy[:k] for every k, including cuts inside multi-token runs."""
     case = tiny_case(arch, 0)
