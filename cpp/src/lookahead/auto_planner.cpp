@@ -180,8 +180,6 @@ constexpr double kWindowAlphaPrior = 0.2, kWindowAlphaWeight = 8.0, kWindowMaxWe
 constexpr double kKappaPrior = 0.5, kKappaWeight = 8.0, kKappaMaxUnits = 256.0;
 // History candidate counts: half the keys have none, the rest one or two.
 constexpr double kCountPrior[3] = {4.0, 2.0, 2.0};
-// Weight of the formula's value against the observed depths of verification-only steps.
-constexpr double kDepthPriorWeight = 8.0;
 
 double window_units(int window_size) { return 1.0 + std::log2(static_cast<double>(window_size)); }
 }  // namespace
@@ -202,23 +200,6 @@ void AcceptanceModel::observe_history(int count, int gamma, int matched, double 
         count_total_ = kHistoryMaxWeight;
     }
     if (count > 0) history_alpha_.observe(count, gamma, matched, weight);
-}
-
-void AcceptanceModel::observe_history_depths(const int* depth_by_g, int gamma, double weight) {
-    if (weight <= 0.0 || gamma <= 0) return;
-    if (depth_weight_.empty() || static_cast<int>(depth_weight_[0].size()) != gamma + 1) {
-        depth_weight_.assign(kMaxCount, std::vector<double>(gamma + 1, 0.0));
-        depth_total_ = 0.0;
-    }
-    for (int g = 0; g < kMaxCount; ++g) depth_weight_[g][std::clamp(depth_by_g[g], 0, gamma)] += weight;
-    depth_total_ += weight;
-    if (depth_total_ > kHistoryMaxWeight) {
-        const double scale = kHistoryMaxWeight / depth_total_;
-        for (auto& row : depth_weight_) {
-            for (double& w : row) w *= scale;
-        }
-        depth_total_ = kHistoryMaxWeight;
-    }
 }
 
 void AcceptanceModel::observe_window(int window_size, int count, int gamma, int matched) {
@@ -262,18 +243,6 @@ double AcceptanceModel::window_candidates(int window_size) const {
 
 double AcceptanceModel::tokens_per_step(int window_size, int ngram_size,
                                         int verification_set_size) const {
-    const double model = model_tokens_per_step(window_size, ngram_size, verification_set_size);
-    if (window_size != 0 || depth_total_ <= 0.0 || verification_set_size < 1) return model;
-    // Verification-only: the observed depths, with the formula's value as a prior.
-    const std::vector<double>& row = depth_weight_[std::min(verification_set_size, kMaxCount) - 1];
-    const int gamma = static_cast<int>(row.size()) - 1;
-    double observed = 0.0;
-    for (int m = 0; m <= gamma; ++m) observed += row[m] * (1.0 + std::min(m, ngram_size - 1));
-    return (kDepthPriorWeight * model + observed) / (kDepthPriorWeight + depth_total_);
-}
-
-double AcceptanceModel::model_tokens_per_step(int window_size, int ngram_size,
-                                              int verification_set_size) const {
     const int gamma = ngram_size - 1;
     const double G = verification_set_size;
     const double a_h = alpha_history();
@@ -317,7 +286,7 @@ const std::vector<LookaheadConfig>& AutoPlanner::candidate_configs() {
             }
         }
         for (int n = 2; n <= kMaxNgramSize; ++n) {
-            for (int g : {1, 2, 4}) add(0, n, g);
+            for (int g : {1, 2, 4, 8}) add(0, n, g);
         }
         // Smallest T first: among equal predictions the cheaper config wins.
         std::stable_sort(out.begin(), out.end(), [](const LookaheadConfig& a, const LookaheadConfig& b) {
@@ -337,18 +306,16 @@ void AutoPlanner::observe_lookahead_step(const LookaheadConfig& config, int toke
         r.second *= kRealizedMax / r.first;
         r.first = kRealizedMax;
     }
-    const int group = config.window_size == 0 ? 0 : 1;
-    realized_gain_[group] += tokens - 1.0;
-    predicted_gain_[group] += std::max(predicted - 1.0, 0.0);
-    if (predicted_gain_[group] > kBiasMaxGain) {
-        realized_gain_[group] *= kBiasMaxGain / predicted_gain_[group];
-        predicted_gain_[group] = kBiasMaxGain;
+    realized_gain_ += tokens - 1.0;
+    predicted_gain_ += std::max(predicted - 1.0, 0.0);
+    if (predicted_gain_ > kBiasMaxGain) {
+        realized_gain_ *= kBiasMaxGain / predicted_gain_;
+        predicted_gain_ = kBiasMaxGain;
     }
 }
 
-double AutoPlanner::model_bias(bool verification_only) const {
-    const int group = verification_only ? 0 : 1;
-    return (kBiasPrior + realized_gain_[group]) / (kBiasPrior + predicted_gain_[group]);
+double AutoPlanner::model_bias() const {
+    return (kBiasPrior + realized_gain_) / (kBiasPrior + predicted_gain_);
 }
 
 double AutoPlanner::model_tokens(const LookaheadConfig& config) const {
@@ -357,7 +324,7 @@ double AutoPlanner::model_tokens(const LookaheadConfig& config) const {
 }
 
 double AutoPlanner::expected_tokens(const LookaheadConfig& config) const {
-    const double model = std::min(1.0 + model_bias(config.window_size == 0) * (model_tokens(config) - 1.0),
+    const double model = std::min(1.0 + model_bias() * (model_tokens(config) - 1.0),
                                   static_cast<double>(config.ngram_size));
     auto it = realized_.find({config.window_size, config.ngram_size, config.verification_set_size});
     if (it == realized_.end()) return model;
@@ -433,21 +400,13 @@ void HistoryShadow::push(TokenId token, AcceptanceModel* model, double weight) {
     // Lookups whose continuation is now known.
     while (!pending_.empty() && pending_.front().index + gamma_ <= idx) {
         const Pending& p = pending_.front();
-        // Most recent candidate first (the pool lists oldest first): depth[g - 1] = best match
-        // of the g most recent.
         int best = 0;
-        int depth[AcceptanceModel::kMaxCount];
-        for (int g = 1; g <= AcceptanceModel::kMaxCount; ++g) {
-            const int c = p.count - g;
-            if (c >= 0) {
-                int m = 0;
-                while (m < gamma_ && p.tokens[c * gamma_ + m] == history_[p.index + 1 + m]) ++m;
-                best = std::max(best, m);
-            }
-            depth[g - 1] = best;
+        for (int c = 0; c < p.count; ++c) {
+            int m = 0;
+            while (m < gamma_ && p.tokens[c * gamma_ + m] == history_[p.index + 1 + m]) ++m;
+            best = std::max(best, m);
         }
         model->observe_history(p.count, gamma_, best, p.weight);
-        model->observe_history_depths(depth, gamma_, p.weight);
         pending_.pop_front();
     }
     const NgramPool::Candidates cands = pool_.find(token);
@@ -471,7 +430,6 @@ void AutoController::on_emitted(const TokenId* tokens, int n) {
 }
 
 void AutoController::switch_to(int64_t step, const PlanChoice& choice, const char* reason) {
-    const bool was_lookahead = current_.has_value();
     current_ = choice.config;
     if (current_) current_->seed = options_.seed;
     current_model_tokens_ = current_ ? planner_.model_tokens(*current_) : 1.0;
@@ -489,14 +447,8 @@ void AutoController::switch_to(int64_t step, const PlanChoice& choice, const cha
     steps_in_mode_ = 0;
     steps_since_check_ = 0;
     judge_after_ = options_.probe_steps;
-    // The judgement asks whether lookahead pays against greedy: a switch between two lookahead
-    // configs keeps the run's (fading) totals, and is judged after replan_interval steps.
-    if (was_lookahead && current_) {
-        judge_after_ = options_.replan_interval;
-    } else {
-        window_tokens_ = 0.0;
-        window_seconds_ = 0.0;
-    }
+    window_tokens_ = 0.0;
+    window_seconds_ = 0.0;
 }
 
 std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {

@@ -103,12 +103,6 @@ class AcceptanceModel {
     // One position of the history shadow: the pool offered `count` history n-grams for the key
     // (0 allowed) and the best one matched `matched` of its `gamma` tokens.
     void observe_history(int count, int gamma, int matched, double weight = 1.0);
-    // The same position seen by verification-only steps: depth_by_g[g - 1] = how many leading
-    // tokens (of gamma) the best of the g most recent candidates matched, g = 1..kMaxCount
-    // (all of them when fewer are offered; 0 when none). A W = 0 step of (N, G) emits
-    // 1 + min(depth_by_g[G - 1], N - 1) tokens at this position, so these counts give its
-    // expected tokens directly, continuation of a matching phrase included.
-    void observe_history_depths(const int* depth_by_g, int gamma, double weight = 1.0);
     // One lookahead step with window size W: `count` of the verified candidates came from the
     // Jacobi window, and the best of them matched `matched` of gamma tokens.
     void observe_window(int window_size, int count, int gamma, int matched);
@@ -123,11 +117,8 @@ class AcceptanceModel {
     // Expected window candidates for the key with window size W: kappa * (1 + log2 W); 0 for
     // W = 0.
     double window_candidates(int window_size) const;
-    // Expected tokens per lookahead step (the compression S) of (W, N, G). For W = 0 the
-    // observed depths (observe_history_depths) blended with the formula's value as a prior.
+    // Expected tokens per lookahead step (the compression S) of (W, N, G).
     double tokens_per_step(int window_size, int ngram_size, int verification_set_size) const;
-    // The formula's value alone (the paper's model; see docs/auto.md).
-    double model_tokens_per_step(int window_size, int ngram_size, int verification_set_size) const;
     // Expected candidates a step of (W, N, G) verifies when the history offers `history_count`:
     // min(history_count + window candidates, G).
     double verified_candidates(int window_size, int verification_set_size, int history_count) const;
@@ -138,10 +129,6 @@ class AcceptanceModel {
     AlphaFit window_alpha_;
     std::vector<double> count_weight_;  // [kMaxCount + 1] history candidate count histogram
     double count_total_ = 0.0;
-    // [kMaxCount][gamma + 1] weight of positions where the best of the g most recent candidates
-    // matched m tokens (row g - 1, column m); sized on first use.
-    std::vector<std::vector<double>> depth_weight_;
-    double depth_total_ = 0.0;
     double window_count_sum_ = 0.0;     // sum of observed window candidates
     double window_count_units_ = 0.0;   // sum of (1 + log2 W) over those steps
 };
@@ -160,7 +147,7 @@ class AutoPlanner {
     AutoPlanner() = default;
 
     // W in {1, 2, 4, 8, 16} x N in {3, 4, 5, 6} x G in {1, 2, 4, 8, 16}, plus the
-    // verification-only W = 0 x N in {2, ..., 6} x G in {1, 2, 4}; seed_from_prompt on.
+    // verification-only W = 0 x N in {2, ..., 6} x G in {1, 2, 4, 8}; seed_from_prompt on.
     static const std::vector<LookaheadConfig>& candidate_configs();
     static constexpr int kMaxNgramSize = 6;  // largest N of candidate_configs()
 
@@ -184,14 +171,11 @@ class AutoPlanner {
     // The acceptance model's tokens per step for `config`, before any correction.
     double model_tokens(const LookaheadConfig& config) const;
     // Expected tokens per step of `config`: 1 + rho * (model - 1) (at most N), where rho =
-    // realized / predicted gain over the lookahead steps so far of the same group (windowed or
-    // verification-only; the model's bias, 1 a priori),
+    // realized / predicted gain over all lookahead steps so far (the model's bias, 1 a priori),
     // then blended with what
     // this very config achieved when it ran (a running mean with a pseudo-count of that value).
     double expected_tokens(const LookaheadConfig& config) const;
-    // rho of the windowed configs (the formula) or of the verification-only ones (the observed
-    // depths): each group's misses discount only its own predictions.
-    double model_bias(bool verification_only = false) const;
+    double model_bias() const;
     // Predicted figures of `config` (nullopt = greedy). Requires costs().has_table().
     PlanChoice evaluate(const std::optional<LookaheadConfig>& config) const;
     // The candidate with T <= max_tokens and the best predicted tokens/s; greedy when that is
@@ -203,10 +187,8 @@ class AutoPlanner {
     AcceptanceModel acceptance_;
     bool fixed_shapes_ = false;
     std::map<std::tuple<int, int, int>, std::pair<double, double>> realized_;  // (W,N,G) -> (n, sum)
-    // Per group (0: W = 0, 1: windowed): sum over lookahead steps of (tokens - 1), and of
-    // (model's tokens per step - 1).
-    double realized_gain_[2] = {0.0, 0.0};
-    double predicted_gain_[2] = {0.0, 0.0};
+    double realized_gain_ = 0.0;   // sum over lookahead steps of (tokens - 1)
+    double predicted_gain_ = 0.0;  // sum over them of (model's tokens per step - 1)
 };
 
 // The "prompt lookup" that the history part of the pool would do, run on the side for free. It
