@@ -119,7 +119,9 @@ struct Session::Impl {
     GenerationResult run(DecodeRequest& req, const GenerationConfig& gen, const OnTokens& on_tokens);
 
     Impl(std::shared_ptr<const Model> m, const Transformer& transformer, int capacity)
-        : model(std::move(m)), step_model(transformer, capacity) {}
+        : model(std::move(m)), step_model(transformer, capacity) {
+        planner.set_fixed_shapes(step_model.prefers_fixed_shapes());
+    }
 };
 
 namespace {
@@ -231,7 +233,6 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     const int64_t room = static_cast<int64_t>(kv_capacity()) - static_cast<int64_t>(prompt.size()) -
                          gen.max_new_tokens;
     max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
-    impl_->planner.set_fixed_shapes(impl_->step_model.prefers_fixed_shapes());
     AutoController controller(impl_->planner, lookahead, max_tokens);
     req.policy = &controller;
     return impl_->run(req, gen, on_tokens);

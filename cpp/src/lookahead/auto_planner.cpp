@@ -80,8 +80,16 @@ double StepCostModel::table_seconds(int tokens) const {
 
 void StepCostModel::observe(int tokens, double seconds) {
     if (!(seconds > 0.0) || !std::isfinite(seconds)) return;
-    push_capped(&measured_[tokens], seconds, kKeep);
-    if (tokens == 1 && !table_.empty()) push_capped(&ratios_, seconds / table_seconds(1), kKeep);
+    // The medians are kept here, once per step, since the planner reads seconds() for many T.
+    std::deque<double>& m = measured_[tokens];
+    push_capped(&m, seconds, kKeep);
+    if (static_cast<int>(m.size()) >= kMinSamples) {
+        measured_median_[tokens] = median(std::vector<double>(m.begin(), m.end()));
+    }
+    if (tokens == 1 && !table_.empty()) {
+        push_capped(&ratios_, seconds / table_seconds(1), kKeep);
+        drift_ = median(std::vector<double>(ratios_.begin(), ratios_.end()));
+    }
 }
 
 int StepCostModel::samples(int tokens) const {
@@ -89,22 +97,19 @@ int StepCostModel::samples(int tokens) const {
     return it == measured_.end() ? 0 : static_cast<int>(it->second.size());
 }
 
-double StepCostModel::drift() const {
-    if (ratios_.empty()) return 1.0;
-    return median(std::vector<double>(ratios_.begin(), ratios_.end()));
-}
+double StepCostModel::drift() const { return drift_; }
 
 double StepCostModel::seconds(int tokens) const {
-    auto it = measured_.find(tokens);
-    if (it != measured_.end() && static_cast<int>(it->second.size()) >= kMinSamples) {
-        return median(std::vector<double>(it->second.begin(), it->second.end()));
-    }
-    return table_seconds(tokens) * drift();
+    auto it = measured_median_.find(tokens);
+    if (it != measured_median_.end()) return it->second;
+    return table_seconds(tokens) * drift_;
 }
 
 void StepCostModel::clear_measurements() {
     measured_.clear();
+    measured_median_.clear();
     ratios_.clear();
+    drift_ = 1.0;
 }
 
 // ---- Acceptance --------------------------------------------------------------------------------
@@ -214,17 +219,19 @@ void AcceptanceModel::observe_window(int window_size, int count, int gamma, int 
     if (count > 0) window_alpha_.observe(count, gamma, matched, 1.0);
 }
 
-double AcceptanceModel::history_hit_rate() const {
-    const double prior_total = kCountPrior[0] + kCountPrior[1] + kCountPrior[2];
-    const double none = kCountPrior[0] + count_weight_[0];
-    return 1.0 - none / (prior_total + count_total_);
+double AcceptanceModel::count_weight(int c) const {
+    return count_weight_[c] + (c < 3 ? kCountPrior[c] : 0.0);
 }
+
+double AcceptanceModel::count_weight_total() const {
+    return kCountPrior[0] + kCountPrior[1] + kCountPrior[2] + count_total_;
+}
+
+double AcceptanceModel::history_hit_rate() const { return 1.0 - history_count_probability(0); }
 
 double AcceptanceModel::history_count_probability(int count) const {
     if (count < 0 || count > kMaxCount) return 0.0;
-    const double prior_total = kCountPrior[0] + kCountPrior[1] + kCountPrior[2];
-    const double w = count_weight_[count] + (count < 3 ? kCountPrior[count] : 0.0);
-    return w / (prior_total + count_total_);
+    return count_weight(count) / count_weight_total();
 }
 
 double AcceptanceModel::verified_candidates(int window_size, int verification_set_size,
@@ -248,16 +255,15 @@ double AcceptanceModel::tokens_per_step(int window_size, int ngram_size,
     const double a_h = alpha_history();
     const double a_w = alpha_window();
     const double c_w = window_candidates(window_size);
-    const double prior_total = kCountPrior[0] + kCountPrior[1] + kCountPrior[2];
     double s = 0.0;
     for (int c = 0; c <= kMaxCount; ++c) {
-        double w = count_weight_[c] + (c < 3 ? kCountPrior[c] : 0.0);
+        const double w = count_weight(c);
         if (w <= 0.0) continue;
         const double b_h = std::min<double>(c, G);
         const double b_w = std::min(c_w, G - b_h);  // the pool keeps G n-grams per key
         s += w * expected_step_tokens(gamma, b_h, a_h, b_w, a_w);
     }
-    return s / (prior_total + count_total_);
+    return s / count_weight_total();
 }
 
 // ---- AutoPlanner -------------------------------------------------------------------------------

@@ -64,7 +64,9 @@ class StepCostModel {
   private:
     std::vector<StepCost> table_;
     std::map<int, std::deque<double>> measured_;  // T -> last kKeep step seconds
+    std::map<int, double> measured_median_;       // T -> median of measured_[T] (>= kMinSamples)
     std::deque<double> ratios_;                   // last kKeep greedy measured / table_seconds(1)
+    double drift_ = 1.0;                          // median of ratios_ (1 when empty)
 };
 
 // E[#tokens] of one lookahead step (spec 10.4): b parallel speculations of gamma tokens, each
@@ -127,6 +129,10 @@ class AcceptanceModel {
   private:
     AlphaFit history_alpha_;
     AlphaFit window_alpha_;
+    // Weight of count c in P(c), prior included, and the total over all counts.
+    double count_weight(int c) const;
+    double count_weight_total() const;
+
     std::vector<double> count_weight_;  // [kMaxCount + 1] history candidate count histogram
     double count_total_ = 0.0;
     double window_count_sum_ = 0.0;     // sum of observed window candidates
@@ -157,7 +163,6 @@ class AutoPlanner {
     // prefers_fixed_shapes, e.g. CUDA) or only the rows of the candidates it has (CPU: a W = 0
     // step without candidates costs a greedy step). Default false.
     void set_fixed_shapes(bool fixed) { fixed_shapes_ = fixed; }
-    bool fixed_shapes() const { return fixed_shapes_; }
     // Expected seconds of one step of `config`: the cost at its full T with fixed shapes, else
     // the cost at the rows it runs (window + verified candidates) averaged over the history
     // candidate counts.

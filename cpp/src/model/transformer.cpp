@@ -193,7 +193,7 @@ void Transformer::pack_weights() {
     packed_ = false;
     if (!invariant) return;
     for (LayerWeights& lw : layers_) {
-        lw.qkv = pack(lw.qkv);
+        lw.qkv = &lw == &layers_.front() ? packed_qkv : pack(lw.qkv);
         lw.o = pack(lw.o);
         lw.gate_up = pack(lw.gate_up);
         lw.down = pack(lw.down);

@@ -14,12 +14,6 @@ TorchStepModel::TorchStepModel(const Transformer& model, int capacity)
           capacity + min_decode_rows_ - 1, model.config().head_dim, model.dtype(),
           model.device()) {}
 
-at::Tensor TorchStepModel::to_device_long(const std::vector<int32_t>& v) const {
-    at::Tensor host = at::from_blob(const_cast<int32_t*>(v.data()), {static_cast<int64_t>(v.size())},
-                                    at::TensorOptions().dtype(at::kInt));
-    return host.to(at::TensorOptions().dtype(at::kLong).device(model_.device()));
-}
-
 TorchStepModel::StepInputs TorchStepModel::stage_inputs(const std::vector<TokenId>& tokens,
                                                         const std::vector<int32_t>& positions,
                                                         const std::vector<int32_t>& out_rows) {
@@ -39,8 +33,9 @@ TorchStepModel::StepInputs TorchStepModel::stage_inputs(const std::vector<TokenI
     std::copy(positions.begin(), positions.end(), h + cap);
     std::copy(out_rows.begin(), out_rows.end(), h + 2 * cap);
     if (!device_inputs_.is_same(host_inputs_)) {
-        // The previous step's copy has finished: its argmax was read back on the host since.
-        device_inputs_.copy_(host_inputs_, /*non_blocking=*/true);
+        // Only the columns in use. The previous step's copy has finished: its argmax was read
+        // back on the host since.
+        device_inputs_.narrow(1, 0, need).copy_(host_inputs_.narrow(1, 0, need), /*non_blocking=*/true);
     }
     return {device_inputs_.select(0, 0).narrow(0, 0, t),
             device_inputs_.select(0, 1).narrow(0, 0, t),
@@ -143,8 +138,8 @@ at::Tensor TorchStepModel::prefill_logits(const std::vector<TokenId>& tokens) {
     std::vector<int32_t> positions(tokens.size()), rows(tokens.size());
     for (size_t i = 0; i < tokens.size(); ++i) positions[i] = rows[i] = static_cast<int32_t>(i);
     kv_len_ = 0;
-    at::Tensor logits = model_.forward(to_device_long(tokens), to_device_long(positions),
-                                       std::nullopt, kv_, 0, to_device_long(rows));
+    const StepInputs in = stage_inputs(tokens, positions, rows);
+    at::Tensor logits = model_.forward(in.tokens, in.positions, std::nullopt, kv_, 0, in.out_rows);
     return logits.to(at::kFloat).cpu();
 }
 

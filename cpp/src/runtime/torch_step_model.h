@@ -33,9 +33,8 @@ class TorchStepModel : public StepModel {
     at::Tensor prefill_logits(const std::vector<TokenId>& tokens);
 
   private:
-    at::Tensor to_device_long(const std::vector<int32_t>& v) const;
-    // Stages a step's ids, positions and out rows in the preallocated input buffers (grown only
-    // for a longer step, e.g. a long prompt's prefill) and returns device views of them.
+    // Stages a step's (or a prefill's) ids, positions and out rows in the preallocated input
+    // buffers (grown only for a longer one, e.g. a long prompt) and returns device views.
     struct StepInputs {
         at::Tensor tokens, positions, out_rows;  // int64 [T], [T], [R] on the model's device
     };
