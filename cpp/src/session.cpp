@@ -288,7 +288,7 @@ int64_t Session::pool_size() const {
 namespace {
 
 constexpr char kPoolMagic[8] = {'P', 'Y', 'L', 'A', 'P', 'O', 'O', 'L'};
-constexpr uint32_t kPoolVersion = 1;
+constexpr uint32_t kPoolVersion = 2;  // 2: entries carry their context (NgramPool::kContextLen ids)
 
 uint32_t read_u32(std::istream& in, const std::string& path, const char* field) {
     uint32_t v = 0;
@@ -337,8 +337,8 @@ void Session::load_pool(const std::string& path) {
         throw ConfigError(path + ": not a pylookahead pool file (magic must be 'PYLAPOOL')");
     }
     const uint32_t version = read_u32(in, path, "version");
-    if (version != kPoolVersion) {
-        throw ConfigError(path + ": pool file version must be " + std::to_string(kPoolVersion) +
+    if (version != 1 && version != kPoolVersion) {  // version 1: entries without contexts
+        throw ConfigError(path + ": pool file version must be 1 or " + std::to_string(kPoolVersion) +
                           " (got " + std::to_string(version) + ")");
     }
     const uint32_t vocab = read_u32(in, path, "vocab_size");
@@ -359,7 +359,7 @@ void Session::load_pool(const std::string& path) {
         throw ConfigError(path + ": pool architecture must equal the model's '" +
                           info.architecture + "' (got '" + arch + "')");
     }
-    NgramPool pool = NgramPool::read(in, path, info.vocab_size);
+    NgramPool pool = NgramPool::read(in, path, info.vocab_size, /*with_contexts=*/version >= 2);
     if (in.peek() != std::char_traits<char>::eof()) {
         throw ConfigError(path + ": trailing bytes after the pool data");
     }

@@ -21,14 +21,15 @@ LookaheadConfig w2n3g2() {
 // Seeded from prompt + first token 9: (1 2 3) (2 3 1) (3 1 2) (1 2 4) (2 4 9).
 const Tokens kPrompt = {1, 2, 3, 1, 2, 4};
 
-TEST(LookaheadAlgorithm, PrepareLaysOutWindowAndCandidatesOldestFirst) {
+TEST(LookaheadAlgorithm, PrepareLaysOutWindowAndCandidatesBestFirst) {
     LookaheadAlgorithm algo(w2n3g2());
     algo.start(kPrompt, 9);
     EXPECT_EQ(algo.pool().size(), 5);
     const Tokens& cells = algo.window().cells();  // [0, a1, b0, b1]
     const Tokens tokens = algo.prepare(1);
     ASSERT_EQ(tokens.size(), 8u);
-    EXPECT_EQ(tokens, (Tokens{1, cells[1], cells[2], cells[3], 2, 3, 2, 4}));
+    // Neither entry's context (none; 1 2 3) ends like the text before now (2 4 9): newest first.
+    EXPECT_EQ(tokens, (Tokens{1, cells[1], cells[2], cells[3], 2, 4, 2, 3}));
     EXPECT_EQ(algo.prepare(9), (Tokens{9, cells[1], cells[2], cells[3], 9, 9, 9, 9}));  // padded
 }
 
@@ -37,20 +38,46 @@ TEST(LookaheadAlgorithm, UpdateVerifiesCommitsAndSlides) {
     algo.start(kPrompt, 9);
     const TokenId b1 = algo.window().cells()[3];
     algo.prepare(1);
-    // out_rows = {0, 2, 3, 4, 5, 6, 7}: t0, the last level (new guesses), candidates (2 3), (2 4).
-    // Candidate 0 matches one token (the model says 4 after 2), candidate 1 both, bonus 8.
-    const StepOutcome out = algo.update({2, 50, 51, 4, 0, 4, 8});
+    // out_rows = {0, 2, 3, 4, 5, 6, 7}: t0, the last level (new guesses), candidates (2 4), (2 3).
+    // Candidate 1 matches one token (the model says 4 after 2), candidate 0 both, bonus 8.
+    const StepOutcome out = algo.update({2, 50, 51, 4, 8, 4, 0});
     EXPECT_EQ(out.emitted, (Tokens{2, 4, 8}));
-    EXPECT_EQ(out.candidate, 1);
+    EXPECT_EQ(out.candidate, 0);
     EXPECT_EQ(out.num_accepted, 2);
     EXPECT_EQ(out.source, NgramSource::kSeed);
-    EXPECT_EQ(out.commit_rows, (std::vector<int32_t>{0, 6, 7}));
+    EXPECT_EQ(out.commit_rows, (std::vector<int32_t>{0, 4, 5}));
     EXPECT_EQ(algo.window().cells(), (Tokens{0, b1, 50, 51}));
     // Seeding added (2 4 8), the n-gram ending in the last emitted token, as the newest for 2.
     const NgramPool::Candidates c = algo.pool().find(2);
     ASSERT_GE(c.count, 1);
     EXPECT_EQ(Tokens(c.tokens + (c.count - 1) * 2, c.tokens + c.count * 2), (Tokens{4, 8}));
     EXPECT_EQ(c.sources[c.count - 1], NgramSource::kSeed);
+}
+
+TEST(LookaheadAlgorithm, CandidatesWhoseContextMatchesTheTextComeFirst) {
+    // Key 5 is followed by (6 7) after "1 2 3" and later by (8 9) after "4 4 4". With G = 1 the
+    // step verifies only the entry whose context ends like the text before x now.
+    LookaheadConfig config;
+    config.window_size = 0;
+    config.ngram_size = 3;
+    config.verification_set_size = 1;
+    LookaheadAlgorithm algo(config);
+    // x = 5 (the first token) after "1 2 3": (6 7), the older entry, has that context.
+    algo.start({1, 2, 3, 5, 6, 7, 4, 4, 4, 5, 8, 9, 1, 2, 3}, 5);
+    EXPECT_EQ(algo.prepare(5), (Tokens{5, 6, 7}));
+    const StepOutcome out = algo.update({6, 7, 0});
+    EXPECT_EQ(out.emitted, (Tokens{6, 7, 0}));
+    EXPECT_EQ(out.num_accepted, 2);
+
+    // After "0 4 4": two context tokens of the older (8 9) match, none of the newer (6 7).
+    LookaheadAlgorithm second(config);
+    second.start({4, 4, 4, 5, 8, 9, 1, 2, 3, 5, 6, 7, 0, 4, 4}, 5);
+    EXPECT_EQ(second.prepare(5), (Tokens{5, 8, 9}));
+
+    // No context matches: the newest entry.
+    LookaheadAlgorithm third(config);
+    third.start({4, 4, 4, 5, 8, 9, 1, 2, 3, 5, 6, 7, 0, 0, 0}, 5);
+    EXPECT_EQ(third.prepare(5), (Tokens{5, 6, 7}));
 }
 
 TEST(LookaheadAlgorithm, NoSeedingLeavesThePoolToTheWindow) {

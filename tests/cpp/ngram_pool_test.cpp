@@ -111,10 +111,59 @@ TEST(NgramPool, ReshapedKeepsPrefixesAndTheMostRecent) {
     EXPECT_EQ(pool.reshaped(4, 3).size(), 0);
 }
 
+TEST(NgramPool, SelectRanksByMatchedContextThenRecency) {
+    NgramPool pool(1, 8);
+    const TokenId a[] = {10}, b[] = {11}, c[] = {12}, d[] = {13}, e[] = {14};
+    const TokenId ctx_a[] = {1, 2, 3}, ctx_b[] = {9, 9, 3}, ctx_d[] = {5, 2, 3}, ctx_e[] = {7, 7, 3};
+    pool.insert(4, a, NgramSource::kSeed, ctx_a);
+    pool.insert(4, b, NgramSource::kSeed, ctx_b);
+    pool.insert(4, c, NgramSource::kWindow);  // no context
+    pool.insert(4, d, NgramSource::kSeed, ctx_d);
+    pool.insert(4, e, NgramSource::kSeed, ctx_e);
+    const TokenId recent[] = {1, 2, 3};
+    std::vector<int> order;
+    pool.select(4, recent, 8, &order);
+    // a: 3 tokens match, d: 2, then e and b (1 each, e newer), then c (0).
+    EXPECT_EQ(order, (std::vector<int>{0, 3, 4, 1, 2}));
+    pool.select(4, recent, 2, &order);
+    EXPECT_EQ(order, (std::vector<int>{0, 3}));
+    // Matching stops at the first differing token from the end: "1 2 0" matches nobody.
+    const TokenId other[] = {1, 2, 0};
+    pool.select(4, other, 3, &order);
+    EXPECT_EQ(order, (std::vector<int>{4, 3, 2}));  // newest first
+    pool.select(5, recent, 3, &order);
+    EXPECT_TRUE(order.empty());
+    // Unknown never matches, not even unknown.
+    const TokenId unknown[] = {NgramPool::kUnknown, NgramPool::kUnknown, NgramPool::kUnknown};
+    NgramPool blank(1, 2);
+    blank.insert(4, a, NgramSource::kSeed);
+    blank.insert(4, b, NgramSource::kSeed, unknown);
+    blank.select(4, unknown, 2, &order);
+    EXPECT_EQ(order, (std::vector<int>{1, 0}));
+}
+
+TEST(NgramPool, RefreshKeepsTheContextUnlessGivenANewOne) {
+    NgramPool pool(1, 4);
+    const TokenId a[] = {10}, b[] = {11};
+    const TokenId ctx1[] = {1, 2, 3}, ctx2[] = {4, 5, 6};
+    pool.insert(4, a, NgramSource::kSeed, ctx1);
+    pool.insert(4, b, NgramSource::kSeed);
+    pool.insert(4, a, NgramSource::kWindow);  // the window refreshes a: context stays 1 2 3
+    NgramPool::Candidates c = pool.find(4);
+    ASSERT_EQ(c.count, 2);
+    EXPECT_EQ(std::vector<TokenId>(c.contexts + 3, c.contexts + 6), (std::vector<TokenId>{1, 2, 3}));
+    pool.insert(4, a, NgramSource::kSeed, ctx2);
+    c = pool.find(4);
+    EXPECT_EQ(std::vector<TokenId>(c.contexts + 3, c.contexts + 6), (std::vector<TokenId>{4, 5, 6}));
+    EXPECT_EQ(std::vector<TokenId>(c.contexts, c.contexts + 3),
+              (std::vector<TokenId>(3, NgramPool::kUnknown)));
+}
+
 TEST(NgramPool, WriteThenReadIsTheSamePool) {
     NgramPool pool(2, 2);
     const TokenId a[] = {1, 2}, b[] = {3, 4}, c[] = {5, 6};
-    pool.insert(7, a, NgramSource::kSeed);
+    const TokenId ctx[] = {NgramPool::kUnknown, 9, 0};
+    pool.insert(7, a, NgramSource::kSeed, ctx);
     pool.insert(7, b, NgramSource::kWindow);
     pool.insert(0, c, NgramSource::kWindow);
     std::stringstream data;
@@ -123,6 +172,21 @@ TEST(NgramPool, WriteThenReadIsTheSamePool) {
     EXPECT_TRUE(back == pool);
     EXPECT_EQ(entries(back, 7), (Rows{{1, 2}, {3, 4}}));
     EXPECT_EQ(back.find(7).sources[1], NgramSource::kWindow);
+    EXPECT_EQ(std::vector<TokenId>(back.find(7).contexts, back.find(7).contexts + 3),
+              (std::vector<TokenId>{NgramPool::kUnknown, 9, 0}));
+}
+
+TEST(NgramPool, ReadsTheVersionOneFormWithoutContexts) {
+    // ngram_len 1, capacity 2, 1 key: id 7, 1 entry: source 0, token 3 (no context).
+    std::string bytes;
+    for (uint32_t v : {1u, 2u, 1u, 7u, 1u}) bytes.append(reinterpret_cast<const char*>(&v), 4);
+    bytes.push_back('\0');
+    const uint32_t token = 3;
+    bytes.append(reinterpret_cast<const char*>(&token), 4);
+    std::stringstream data(bytes);
+    const NgramPool pool = NgramPool::read(data, "v1", 10, /*with_contexts=*/false);
+    EXPECT_EQ(entries(pool, 7), (Rows{{3}}));
+    EXPECT_EQ(pool.find(7).contexts[2], NgramPool::kUnknown);
 }
 
 std::string error_of(const std::string& bytes, int vocab_size) {
@@ -149,6 +213,17 @@ TEST(NgramPool, ReadRejectsTruncatedOrOutOfRangeData) {
               std::string::npos)
         << error_of(bytes, 8);
     EXPECT_EQ(error_of(bytes, 10), "");
+    // Context ids are checked like tokens, with 0xFFFFFFFF (unknown) allowed.
+    NgramPool with_context(1, 1);
+    const TokenId one[] = {1}, ctx[] = {NgramPool::kUnknown, 2, 9};
+    with_context.insert(3, one, NgramSource::kSeed, ctx);
+    std::stringstream ctx_data;
+    with_context.write(ctx_data);
+    EXPECT_NE(error_of(ctx_data.str(), 9).find(
+                  "pool.bin: pool context token must be in [0, 8] or 4294967295 (unknown) (got 9)"),
+              std::string::npos)
+        << error_of(ctx_data.str(), 9);
+    EXPECT_EQ(error_of(ctx_data.str(), 10), "");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import struct
 import threading
 from collections import Counter
 from pathlib import Path
@@ -242,6 +243,41 @@ def test_pool_file_errors_name_the_file_and_field(tiny64, tiny_model_factory, tm
     with pytest.raises(ValueError, match=r"pool vocab_size must equal the model's 120 \(got 97\)"):
         other.load_pool(path)
     assert session.pool_size > 0  # a failed load leaves the pool as it was
+
+
+def _pool_file_as_version_1(data: bytes) -> bytes:
+    """The same pool in the version-1 layout: no context ids after each entry's tokens."""
+    u32 = lambda at: struct.unpack_from("<I", data, at)[0]  # noqa: E731
+    assert data[:8] == b"PYLAPOOL" and u32(8) == 2
+    at = 16 + 4 + u32(16)  # magic, version, vocab_size, architecture
+    ngram_len, keys = u32(at), u32(at + 8)
+    out = bytearray(data[:8] + struct.pack("<I", 1) + data[12:at + 12])
+    at += 12
+    for _ in range(keys):
+        count = u32(at + 4)
+        out += data[at:at + 8]
+        at += 8
+        for _ in range(count):
+            out += data[at:at + 1 + 4 * ngram_len]  # source byte and tokens
+            at += 1 + 4 * ngram_len + 4 * 3  # then 3 context ids, dropped
+    assert at == len(data)
+    return bytes(out)
+
+
+def test_pool_files_of_version_1_load_without_contexts(tiny64, tmp_path: Path) -> None:
+    source = Session(tiny64)
+    source.generate(repetitive_prompt(3), 40, la(0, 4, 3))
+    source.save_pool(tmp_path / "pool.bin")
+    data = (tmp_path / "pool.bin").read_bytes()
+    (tmp_path / "v1.bin").write_bytes(_pool_file_as_version_1(data))
+    loaded = Session(tiny64)
+    loaded.load_pool(tmp_path / "v1.bin")
+    assert loaded.pool_size == source.pool_size > 0
+    out = loaded.generate(repetitive_prompt(3), 20, la(0, 4, 3), keep_pool=True)
+    assert out.token_ids == Session(tiny64).generate(repetitive_prompt(3), 20).token_ids
+    (tmp_path / "v3.bin").write_bytes(data[:8] + struct.pack("<I", 3) + data[12:])
+    with pytest.raises(ValueError, match=r"v3\.bin: pool file version must be 1 or 2 \(got 3\)"):
+        loaded.load_pool(tmp_path / "v3.bin")
 
 
 def test_shared_pool_is_one_pool_until_reset(tiny64) -> None:

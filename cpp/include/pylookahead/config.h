@@ -27,7 +27,7 @@ namespace pylookahead {
 struct LookaheadConfig {
     int window_size = 4;            // W: lookahead columns (>= 0); also n-grams harvested per step
     int ngram_size = 4;             // N: n-gram length (>= 2); a step emits at most N tokens
-    int verification_set_size = 4;  // G: candidates verified per step, and pool entries per key (>= 0)
+    int verification_set_size = 4;  // G: candidates verified per step (>= 0)
     bool seed_from_prompt = true;   // put every n-gram of the prompt and of the accepted text in the pool
     uint64_t seed = 0;              // seeds the random initial window (drawn from prompt tokens)
 

@@ -25,28 +25,46 @@ void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first
                                bool keep_pool) {
     std::lock_guard<std::mutex> lock(shared_->mutex);
     NgramPool& pool = shared_->pool;
-    const int len = config_.ngram_size - 1, cap = config_.verification_set_size;
+    const int len = config_.ngram_size - 1;
+    const int cap = NgramPool::kept_per_key(config_.verification_set_size);
     if (!keep_pool) {
         pool = NgramPool(len, cap);
     } else if (pool.ngram_len() != len || pool.capacity() != cap) {
         pool = pool.reshaped(len, cap);
     }
     history_.clear();
+    recent_.assign(NgramPool::kContextLen + 1, NgramPool::kUnknown);
+    push_recent(prompt.data(), static_cast<int>(prompt.size()));
+    push_recent(&first_token, 1);
     window_.init(prompt, config_.seed);
     if (!config_.seed_from_prompt) return;
     append_history(prompt.data(), static_cast<int>(prompt.size()));
     append_history(&first_token, 1);
 }
 
+void LookaheadAlgorithm::push_recent(const TokenId* tokens, int n) {
+    for (int i = std::max(0, n - static_cast<int>(recent_.size())); i < n; ++i) {
+        std::rotate(recent_.begin(), recent_.begin() + 1, recent_.end());
+        recent_.back() = tokens[i];
+    }
+}
+
 void LookaheadAlgorithm::append_history(const TokenId* tokens, int n) {
-    // Adds the N-gram that ends at each new token, oldest first (the newest is the freshest).
-    const int N = config_.ngram_size;
+    // Adds the N-gram that ends at each new token, oldest first (the newest is the freshest),
+    // with the kContextLen tokens before its key.
+    const int N = config_.ngram_size, C = NgramPool::kContextLen;
+    TokenId context[NgramPool::kContextLen];
     for (int i = 0; i < n; ++i) {
         history_.push_back(tokens[i]);
-        const size_t size = history_.size();
-        if (size < static_cast<size_t>(N)) continue;
-        const TokenId* gram = history_.data() + size - N;
-        shared_->pool.insert(gram[0], gram + 1, NgramSource::kSeed);
+        const int64_t size = static_cast<int64_t>(history_.size());
+        if (size < N) continue;
+        const int64_t start = size - N;  // of the key
+        for (int j = 0; j < C; ++j) {
+            const int64_t at = start - C + j;
+            context[j] = at >= 0 ? history_[at] : NgramPool::kUnknown;
+        }
+        const TokenId* gram = history_.data() + start;
+        shared_->pool.insert(gram[0], gram + 1, NgramSource::kSeed, context);
     }
 }
 
@@ -59,11 +77,18 @@ const std::vector<TokenId>& LookaheadAlgorithm::prepare(TokenId x) {
 
     auto slots = tokens_.begin() + b.verify_begin;
     {
+        // recent_ ends with x: the tokens before it are the context candidates are ranked by.
         std::lock_guard<std::mutex> lock(shared_->mutex);
-        const NgramPool::Candidates cands = shared_->pool.find(x);
-        num_candidates_ = std::min(cands.count, b.verification_set_size);
-        candidate_sources_.assign(cands.sources, cands.sources + num_candidates_);
-        std::copy(cands.tokens, cands.tokens + num_candidates_ * len, slots);
+        const NgramPool& pool = shared_->pool;
+        pool.select(x, recent_.data(), b.verification_set_size, &order_);
+        const NgramPool::Candidates cands = pool.find(x);
+        num_candidates_ = static_cast<int>(order_.size());
+        candidate_sources_.clear();
+        for (int c = 0; c < num_candidates_; ++c) {
+            const int i = order_[c];
+            candidate_sources_.push_back(cands.sources[i]);
+            std::copy_n(cands.tokens + static_cast<size_t>(i) * len, len, slots + c * len);
+        }
     }
     std::fill(slots + num_candidates_ * len, tokens_.end(), x);  // padding: outputs ignored
     return tokens_;
@@ -106,6 +131,7 @@ StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax) {
         }
     }
     window_.shift(next_.data());
+    push_recent(out.emitted.data(), static_cast<int>(out.emitted.size()));
     return out;
 }
 

@@ -66,7 +66,8 @@ class LookaheadAlgorithm {
     void start(const std::vector<TokenId>& prompt, TokenId first_token, bool keep_pool = false);
 
     // Tokens of the step whose input token is x (the last emitted token): [T], valid until the
-    // next call. The verification slots hold the pool's list for key x, oldest first.
+    // next call. The verification slots hold the pool's best G entries for key x
+    // (NgramPool::select with the tokens before x), best first.
     const std::vector<TokenId>& prepare(TokenId x);
 
     // argmax [R]: the argmax of layout().out_rows for the tokens of the last prepare().
@@ -76,12 +77,15 @@ class LookaheadAlgorithm {
 
   private:
     void append_history(const TokenId* tokens, int n);  // caller holds shared_->mutex
+    void push_recent(const TokenId* tokens, int n);
 
     LookaheadConfig config_;
     StepLayout layout_;
     std::shared_ptr<SharedPool> shared_;          // never null
     JacobiWindow window_;
     std::vector<TokenId> history_;                // prompt + emitted tokens (only with seeding)
+    std::vector<TokenId> recent_;                 // [kContextLen + 1] last tokens, x last
+    std::vector<int> order_;                      // select()'s picks for the last prepare()
     std::vector<TokenId> tokens_;                 // [T] of the last prepare()
     std::vector<NgramSource> candidate_sources_;  // [num_candidates_]
     std::vector<TokenId> next_;                   // [W] new last-level guesses
