@@ -4,9 +4,13 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "lookahead/auto_planner.h"
+#include "lookahead/decode_loop.h"
+#include "oracle_lm.h"
+#include "oracle_text.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
@@ -269,17 +273,143 @@ TEST(HistoryShadow, PeriodicTextIsPredictableRandomTextIsNot) {
     for (int i = 0; i < 300; ++i) random_text.push_back(static_cast<TokenId>(rng() % 100000));
 
     AcceptanceModel a;
+    ReplayStats ra;
     HistoryShadow s;
-    s.start({periodic.begin(), periodic.begin() + 20}, &a, 0.25);
-    for (size_t i = 20; i < periodic.size(); ++i) s.push(periodic[i], &a);
+    s.start({periodic.begin(), periodic.begin() + 20}, &a, &ra, 0.25);
+    for (size_t i = 20; i < periodic.size(); ++i) s.push(periodic[i], &a, &ra);
     EXPECT_GT(a.history_hit_rate(), 0.9);
     EXPECT_GT(a.alpha_history(), 0.9);
+    // Replayed verification-only steps accept all N - 1 candidate tokens plus the bonus.
+    EXPECT_GT(ra.tokens_per_step(4, 2), 3.9);
+    EXPECT_GT(ra.tokens_per_step(6, 1), 5.8);
 
     AcceptanceModel b;
+    ReplayStats rb;
     HistoryShadow r;
-    r.start({random_text.begin(), random_text.begin() + 20}, &b, 0.25);
-    for (size_t i = 20; i < random_text.size(); ++i) r.push(random_text[i], &b);
+    r.start({random_text.begin(), random_text.begin() + 20}, &b, &rb, 0.25);
+    for (size_t i = 20; i < random_text.size(); ++i) r.push(random_text[i], &b, &rb);
     EXPECT_LT(b.history_hit_rate(), 0.1);
+    EXPECT_LT(rb.tokens_per_step(4, 2), 1.1);
+    const std::vector<double> counts = rb.candidate_counts(4, 2);
+    ASSERT_EQ(counts.size(), 3u);
+    EXPECT_GT(counts[0], 0.9 * rb.steps(4, 2));  // hardly any key has a candidate
+}
+
+TEST(ReplayStats, MeansAndCountsFadeAtTheCap) {
+    ReplayStats r;
+    EXPECT_EQ(r.steps(3, 2), 0.0);
+    EXPECT_EQ(r.tokens_per_step(3, 2), 1.0);
+    EXPECT_TRUE(r.candidate_counts(3, 2).empty());
+    r.record(3, 2, 3, 2, 1.0);
+    r.record(3, 2, 1, 0, 1.0);
+    r.record(3, 2, 1, 1, 0.5);
+    EXPECT_DOUBLE_EQ(r.steps(3, 2), 2.5);
+    EXPECT_DOUBLE_EQ(r.tokens_per_step(3, 2), 4.5 / 2.5);
+    EXPECT_EQ(r.candidate_counts(3, 2), (std::vector<double>{1.0, 0.5, 1.0}));
+    for (int i = 0; i < 1000; ++i) r.record(3, 2, 2, 1, 1.0);
+    EXPECT_DOUBLE_EQ(r.steps(3, 2), ReplayStats::kMaxSteps);
+    EXPECT_NEAR(r.tokens_per_step(3, 2), 2.0, 1e-3);  // the old steps have faded
+    EXPECT_EQ(r.steps(4, 2), 0.0);
+}
+
+// The replay of a W = 0 config steps exactly as a real run of it does on the same text.
+TEST(HistoryShadow, ReplayStepsLikeARealVerificationOnlyRun) {
+    const std::vector<TokenId> text = mixed_text(400, 11);
+    const int prompt_len = 120, max_new = 200;
+    for (const auto& [n, g] : std::vector<std::pair<int, int>>{{2, 1}, {3, 2}, {4, 2}, {5, 4}, {6, 8}}) {
+        LookaheadConfig config;
+        config.window_size = 0;
+        config.ngram_size = n;
+        config.verification_set_size = g;
+        OracleLm lm(text, 64, 1024);
+        DecodeRequest request;
+        request.prompt.assign(text.begin(), text.begin() + prompt_len);
+        request.max_new_tokens = max_new;
+        request.lookahead = config;
+        const GenerationResult real = run_decode(lm, request, nullptr);
+        ASSERT_EQ(real.tokens, std::vector<TokenId>(text.begin() + prompt_len,
+                                                    text.begin() + prompt_len + max_new));
+
+        // The real steps take keys in [prompt_len, prompt_len + max_new - 2]; the replay records
+        // a step once its N - 1 candidate positions are known.
+        AcceptanceModel model;
+        ReplayStats replay;
+        HistoryShadow shadow;
+        shadow.start(request.prompt, &model, &replay, /*prompt_weight=*/0.0);
+        for (int i = prompt_len; i < prompt_len + max_new - 2 + n; ++i) {
+            shadow.push(text[i], &model, &replay);
+        }
+        EXPECT_EQ(replay.steps(n, g), static_cast<double>(real.stats.steps)) << n << "," << g;
+        EXPECT_GT(real.stats.steps, 0);
+    }
+}
+
+// Verification-only configs are judged by their replay on the session's text, not by the model:
+// the replay's tokens per step and, on a CPU, the rows its steps actually ran.
+TEST(AutoPlanner, ReplayedVerificationOnlyConfigsUseTheirReplay) {
+    AutoPlanner p;
+    p.costs().set_table(table_of(1.0, mild));
+    feed_history(&p.acceptance(), 400, 0, 5, 0);  // the model: history offers nothing
+    for (const LookaheadConfig& c : AutoPlanner::candidate_configs()) {
+        if (c.window_size != 0) continue;
+        const bool good = c.ngram_size == 4 && c.verification_set_size == 2;
+        for (int i = 0; i < 20; ++i) {
+            p.replay().record(c.ngram_size, c.verification_set_size, good ? 2 : 1, good ? 2 : 0, 1.0);
+        }
+    }
+    LookaheadConfig v;
+    v.window_size = 0;
+    v.ngram_size = 4;
+    v.verification_set_size = 2;
+    ASSERT_TRUE(p.replayed(v));
+    EXPECT_DOUBLE_EQ(p.model_tokens(v), 2.0);
+    EXPECT_DOUBLE_EQ(p.expected_tokens(v), 2.0);
+    EXPECT_DOUBLE_EQ(p.step_seconds(v), p.costs().seconds(7));  // x + 2 candidates x 3 rows
+    const PlanChoice best = p.plan(64, 0.05);
+    ASSERT_TRUE(best.config.has_value());
+    EXPECT_EQ(best.config->window_size, 0);
+    EXPECT_EQ(best.config->ngram_size, 4);
+    EXPECT_EQ(best.config->verification_set_size, 2);
+    // Too few replayed steps: the acceptance model decides.
+    LookaheadConfig fresh = v;
+    AutoPlanner q;
+    q.costs().set_table(table_of(1.0, mild));
+    q.replay().record(4, 2, 4, 2, 1.0);
+    EXPECT_FALSE(q.replayed(fresh));
+    EXPECT_DOUBLE_EQ(q.model_tokens(fresh), q.acceptance().tokens_per_step(0, 4, 2));
+    // Steps realized below the replay's value lower the replayed configs' expectations.
+    for (int i = 0; i < 100; ++i) p.observe_lookahead_step(v, 1, 2.0, /*from_replay=*/true);
+    EXPECT_LT(p.replay_bias(), 0.1);
+    EXPECT_DOUBLE_EQ(p.model_bias(), 1.0);
+    EXPECT_LT(p.expected_tokens(v), 1.1);
+}
+
+// A replayed W = 0 config on a CPU needs only kCountedGain over greedy, not min_gain: its
+// tokens are counted, and a step without candidates costs a greedy step.
+TEST(AutoPlanner, ReplayedVerificationOnlyNeedsOnlyASmallGainWithoutFixedShapes) {
+    for (bool fixed : {false, true}) {
+        AutoPlanner p;
+        p.set_fixed_shapes(fixed);
+        p.costs().set_table(table_of(1.0, mild));
+        feed_history(&p.acceptance(), 400, 0, 5, 0);
+        for (int i = 0; i < 400; ++i) p.acceptance().observe_window(4, 2, 3, 0);  // windows miss
+        for (int i = 0; i < 100; ++i) p.replay().record(4, 2, i < 17 ? 2 : 1, 2, 1.0);
+        LookaheadConfig v;
+        v.window_size = 0;
+        v.ngram_size = 4;
+        v.verification_set_size = 2;
+        const double speedup = p.evaluate(v).speedup;  // 1.17 tokens at 7 rows' cost
+        EXPECT_GT(speedup, 1.0 + AutoPlanner::kCountedGain);
+        EXPECT_LT(speedup, 1.05);
+        const PlanChoice best = p.plan(64, /*min_gain=*/0.05);
+        if (fixed) {
+            EXPECT_FALSE(best.config.has_value());
+        } else {
+            ASSERT_TRUE(best.config.has_value());
+            EXPECT_EQ(best.config->ngram_size, 4);
+            EXPECT_EQ(best.config->verification_set_size, 2);
+        }
+    }
 }
 
 // The controller fed with simulated steps.
@@ -289,15 +419,19 @@ struct Sim {
     std::unique_ptr<AutoController> ctl;
     int64_t step = 0;
 
-    explicit Sim(double (*per_token)(int)) {
+    // `periodic`: a periodic prompt (every config predicts high acceptance). Otherwise a prompt
+    // without repeats, so the verification-only replays predict nothing and only the windowed
+    // configs, fed high history acceptance, look good: the runs then keep one config.
+    explicit Sim(double (*per_token)(int), bool periodic = true) {
         planner.costs().set_table(table_of(1.0, per_token));
         options.replan_interval = 16;
         options.probe_after = 64;
         options.probe_steps = 8;
         std::vector<TokenId> prompt;
-        for (int i = 0; i < 200; ++i) prompt.push_back(10 + i % 7);
+        for (int i = 0; i < 200; ++i) prompt.push_back(periodic ? 10 + i % 7 : 1000 + i);
         ctl = std::make_unique<AutoController>(planner, options, 64);
-        ctl->start(prompt);  // periodic prompt: high predicted acceptance
+        ctl->start(prompt);
+        if (!periodic) feed_history(&planner.acceptance(), 400, 2, 5, 5);
     }
     // Runs one step whose lookahead steps take `la_seconds` and emit `la_tokens`; greedy steps 1 s.
     std::optional<LookaheadConfig> run(double la_seconds, int la_tokens) {
@@ -328,7 +462,7 @@ TEST(AutoController, PlansLookaheadKeepsItWhileItPays) {
 // two paying stretches do not end the run (the judgement weighs the run with a 64-step
 // half-life, not only the last 16 steps, which alone are 9% slower than greedy).
 TEST(AutoController, KeepsARunThatPaysThroughAQuietStretch) {
-    Sim sim(flat);
+    Sim sim(flat, /*periodic=*/false);
     for (int i = 0; i < 48; ++i) ASSERT_TRUE(sim.run(1.0, 3).has_value()) << i;
     for (int i = 0; i < 24; ++i) ASSERT_TRUE(sim.run(1.1, 1).has_value()) << "quiet " << i;
     for (int i = 0; i < 48; ++i) ASSERT_TRUE(sim.run(1.0, 3).has_value()) << i;

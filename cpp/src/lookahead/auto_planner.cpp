@@ -304,7 +304,7 @@ const std::vector<LookaheadConfig>& AutoPlanner::candidate_configs() {
 }
 
 void AutoPlanner::observe_lookahead_step(const LookaheadConfig& config, int tokens,
-                                         double predicted) {
+                                         double predicted, bool from_replay) {
     auto& r = realized_[{config.window_size, config.ngram_size, config.verification_set_size}];
     r.first += 1.0;
     r.second += tokens;
@@ -312,25 +312,39 @@ void AutoPlanner::observe_lookahead_step(const LookaheadConfig& config, int toke
         r.second *= kRealizedMax / r.first;
         r.first = kRealizedMax;
     }
-    realized_gain_ += tokens - 1.0;
-    predicted_gain_ += std::max(predicted - 1.0, 0.0);
-    if (predicted_gain_ > kBiasMaxGain) {
-        realized_gain_ *= kBiasMaxGain / predicted_gain_;
-        predicted_gain_ = kBiasMaxGain;
+    Gains& g = from_replay ? replay_gains_ : model_gains_;
+    g.realized += tokens - 1.0;
+    g.predicted += std::max(predicted - 1.0, 0.0);
+    if (g.predicted > kBiasMaxGain) {
+        g.realized *= kBiasMaxGain / g.predicted;
+        g.predicted = kBiasMaxGain;
     }
 }
 
 double AutoPlanner::model_bias() const {
-    return (kBiasPrior + realized_gain_) / (kBiasPrior + predicted_gain_);
+    return (kBiasPrior + model_gains_.realized) / (kBiasPrior + model_gains_.predicted);
+}
+
+double AutoPlanner::replay_bias() const {
+    return (kBiasPrior + replay_gains_.realized) / (kBiasPrior + replay_gains_.predicted);
 }
 
 double AutoPlanner::model_tokens(const LookaheadConfig& config) const {
+    if (replayed(config)) {
+        return replay_.tokens_per_step(config.ngram_size, config.verification_set_size);
+    }
     return acceptance_.tokens_per_step(config.window_size, config.ngram_size,
                                        config.verification_set_size);
 }
 
+bool AutoPlanner::replayed(const LookaheadConfig& config) const {
+    return config.window_size == 0 &&
+           replay_.steps(config.ngram_size, config.verification_set_size) >= kMinReplaySteps;
+}
+
 double AutoPlanner::expected_tokens(const LookaheadConfig& config) const {
-    const double model = std::min(1.0 + model_bias() * (model_tokens(config) - 1.0),
+    const double bias = replayed(config) ? replay_bias() : model_bias();
+    const double model = std::min(1.0 + bias * (model_tokens(config) - 1.0),
                                   static_cast<double>(config.ngram_size));
     auto it = realized_.find({config.window_size, config.ngram_size, config.verification_set_size});
     if (it == realized_.end()) return model;
@@ -343,6 +357,16 @@ double AutoPlanner::step_seconds(const LookaheadConfig& config) const {
     // fractional candidate count interpolates between the two neighbouring row counts.
     const int len = config.ngram_size - 1;
     const int base = config.window_size == 0 ? 1 : config.window_size * len;
+    if (replayed(config)) {
+        const std::vector<double> counts =
+            replay_.candidate_counts(config.ngram_size, config.verification_set_size);
+        double s = 0.0, total = 0.0;
+        for (size_t c = 0; c < counts.size(); ++c) {
+            s += counts[c] * costs_.seconds(base + static_cast<int>(c) * len);
+            total += counts[c];
+        }
+        return s / total;
+    }
     double s = 0.0;
     for (int c = 0; c <= AcceptanceModel::kMaxCount; ++c) {
         const double p = acceptance_.history_count_probability(c);
@@ -382,27 +406,63 @@ PlanChoice AutoPlanner::plan(int max_tokens, double min_gain) const {
         PlanChoice c = evaluate(config);
         if (c.speedup > best.speedup) best = c;
     }
-    return best.speedup >= 1.0 + min_gain ? best : greedy;
+    if (!best.config) return greedy;
+    // The margin guards against a wrong prediction. A replayed verification-only config's
+    // tokens were counted on the text, and where the rows it runs are its only extra cost (no
+    // fixed shapes) it costs a greedy step whenever it has no candidate: it needs only to cover
+    // the bookkeeping of a lookahead step, which the cost table does not see.
+    const bool counted = replayed(*best.config) && !fixed_shapes_;
+    return best.speedup >= 1.0 + (counted ? kCountedGain : min_gain) ? best : greedy;
 }
 
 // ---- HistoryShadow -----------------------------------------------------------------------------
 
-HistoryShadow::HistoryShadow(int gamma) : gamma_(gamma), pool_(gamma, AcceptanceModel::kMaxCount) {}
-
-void HistoryShadow::start(const std::vector<TokenId>& prompt, AcceptanceModel* model,
-                          double prompt_weight) {
-    pool_.clear();
-    history_.clear();
-    pending_.clear();
-    for (TokenId t : prompt) push(t, model, prompt_weight);
+HistoryShadow::HistoryShadow(int gamma)
+    : gamma_(gamma), pool_(gamma, AcceptanceModel::kMaxCount) {
+    for (const LookaheadConfig& c : AutoPlanner::candidate_configs()) {
+        if (c.window_size != 0 || c.ngram_size - 1 > gamma_) continue;
+        replays_.push_back(Replay{c.ngram_size, c.verification_set_size});
+        max_replay_g_ = std::max(max_replay_g_, c.verification_set_size);
+    }
+    for (int len = 1; len <= gamma_; ++len) {
+        replay_pools_.emplace_back(len, NgramPool::kept_per_key(max_replay_g_));
+    }
+    ranked_.assign(static_cast<size_t>(gamma_) * kRing, {});
 }
 
-void HistoryShadow::push(TokenId token, AcceptanceModel* model, double weight) {
+void HistoryShadow::start(const std::vector<TokenId>& prompt, AcceptanceModel* model,
+                          ReplayStats* replay, double prompt_weight) {
+    pool_.clear();
+    for (NgramPool& p : replay_pools_) p.clear();
+    history_.clear();
+    pending_.clear();
+    for (Replay& r : replays_) r.next_key = 0;
+    for (TokenId t : prompt) push(t, model, replay, prompt_weight);
+    // The generation's first step takes the first emitted token (the next push) as its input,
+    // like a real run: realign every replay there.
+    for (Replay& r : replays_) r.next_key = static_cast<int64_t>(prompt.size());
+}
+
+void HistoryShadow::push(TokenId token, AcceptanceModel* model, ReplayStats* replay,
+                         double weight) {
     history_.push_back(token);
     const int64_t idx = static_cast<int64_t>(history_.size()) - 1;
-    // The n-gram that ends here goes in the pool first, as LookaheadAlgorithm seeds it.
-    if (idx >= gamma_) pool_.insert(history_[idx - gamma_], history_.data() + idx - gamma_ + 1,
-                                    NgramSource::kSeed);
+    constexpr int C = NgramPool::kContextLen;
+    auto context_before = [this](int64_t at, TokenId* out) {  // the C tokens before index `at`
+        for (int j = 0; j < C; ++j) {
+            const int64_t i = at - C + j;
+            out[j] = i >= 0 ? history_[i] : NgramPool::kUnknown;
+        }
+    };
+    // The n-grams that end here go in the pools first, as LookaheadAlgorithm seeds them.
+    TokenId context[C];
+    for (int len = 1; len <= gamma_ && len <= idx; ++len) {
+        const int64_t key = idx - len;
+        context_before(key, context);
+        replay_pools_[len - 1].insert(history_[key], history_.data() + key + 1, NgramSource::kSeed,
+                                      context);
+        if (len == gamma_) pool_.insert(history_[key], history_.data() + key + 1, NgramSource::kSeed);
+    }
     // Lookups whose continuation is now known.
     while (!pending_.empty() && pending_.front().index + gamma_ <= idx) {
         const Pending& p = pending_.front();
@@ -418,6 +478,73 @@ void HistoryShadow::push(TokenId token, AcceptanceModel* model, double weight) {
     const NgramPool::Candidates cands = pool_.find(token);
     pending_.push_back(Pending{idx, cands.count, weight,
                                std::vector<TokenId>(cands.tokens, cands.tokens + cands.count * gamma_)});
+    // This key's candidates in every replay pool, best first, as a step on it would pick them.
+    context_before(idx, context);
+    for (int len = 1; len <= gamma_; ++len) {
+        const NgramPool& pool = replay_pools_[len - 1];
+        pool.select(token, context, max_replay_g_, &order_);
+        const NgramPool::Candidates c = pool.find(token);
+        std::vector<TokenId>& ranked = ranked_[static_cast<size_t>(len - 1) * kRing + idx % kRing];
+        ranked.clear();
+        for (int i : order_) {
+            ranked.insert(ranked.end(), c.tokens + static_cast<size_t>(i) * len,
+                          c.tokens + static_cast<size_t>(i + 1) * len);
+        }
+    }
+    step_replays(idx, replay, weight);
+}
+
+void HistoryShadow::step_replays(int64_t idx, ReplayStats* replay, double weight) {
+    for (Replay& r : replays_) {
+        const int len = r.ngram_size - 1;
+        const int64_t key = r.next_key;
+        if (idx != key + len) continue;  // its step's candidates are checked once all are known
+        const std::vector<TokenId>& ranked =
+            ranked_[static_cast<size_t>(len - 1) * kRing + key % kRing];
+        const int count = std::min(static_cast<int>(ranked.size()) / len, r.verification_set_size);
+        int best = 0;
+        for (int c = 0; c < count; ++c) {
+            const TokenId* cand = ranked.data() + static_cast<size_t>(c) * len;
+            int m = 0;
+            while (m < len && cand[m] == history_[key + 1 + m]) ++m;
+            best = std::max(best, m);
+        }
+        replay->record(r.ngram_size, r.verification_set_size, best + 1, count, weight);
+        r.next_key = key + best + 1;
+    }
+}
+
+// ---- ReplayStats -------------------------------------------------------------------------------
+
+void ReplayStats::record(int ngram_size, int verification_set_size, int tokens, int candidates,
+                         double weight) {
+    Entry& e = entries_[{ngram_size, verification_set_size}];
+    if (e.counts.empty()) e.counts.assign(verification_set_size + 1, 0.0);
+    e.steps += weight;
+    e.tokens += weight * tokens;
+    e.counts[std::clamp(candidates, 0, verification_set_size)] += weight;
+    if (e.steps > kMaxSteps) {
+        const double scale = kMaxSteps / e.steps;
+        e.steps = kMaxSteps;
+        e.tokens *= scale;
+        for (double& c : e.counts) c *= scale;
+    }
+}
+
+double ReplayStats::steps(int ngram_size, int verification_set_size) const {
+    auto it = entries_.find({ngram_size, verification_set_size});
+    return it == entries_.end() ? 0.0 : it->second.steps;
+}
+
+double ReplayStats::tokens_per_step(int ngram_size, int verification_set_size) const {
+    auto it = entries_.find({ngram_size, verification_set_size});
+    if (it == entries_.end() || it->second.steps <= 0.0) return 1.0;
+    return it->second.tokens / it->second.steps;
+}
+
+std::vector<double> ReplayStats::candidate_counts(int ngram_size, int verification_set_size) const {
+    auto it = entries_.find({ngram_size, verification_set_size});
+    return it == entries_.end() ? std::vector<double>{} : it->second.counts;
 }
 
 // ---- AutoController ----------------------------------------------------------------------------
@@ -428,17 +555,18 @@ AutoController::AutoController(AutoPlanner& planner, const AutoLookahead& option
 }
 
 void AutoController::start(const std::vector<TokenId>& prompt) {
-    shadow_.start(prompt, &planner_.acceptance(), kPromptWeight);
+    shadow_.start(prompt, &planner_.acceptance(), &planner_.replay(), kPromptWeight);
 }
 
 void AutoController::on_emitted(const TokenId* tokens, int n) {
-    for (int i = 0; i < n; ++i) shadow_.push(tokens[i], &planner_.acceptance());
+    for (int i = 0; i < n; ++i) shadow_.push(tokens[i], &planner_.acceptance(), &planner_.replay());
 }
 
 void AutoController::switch_to(int64_t step, const PlanChoice& choice, const char* reason) {
     current_ = choice.config;
     if (current_) current_->seed = options_.seed;
     current_model_tokens_ = current_ ? planner_.model_tokens(*current_) : 1.0;
+    current_replayed_ = current_ && planner_.replayed(*current_);
     AutoDecision d;
     d.step = step;
     if (current_) {
@@ -511,7 +639,8 @@ void AutoController::after_step(const StepReport& r) {
         const double decay = std::exp2(-1.0 / kJudgeHalfLife);
         window_tokens_ = window_tokens_ * decay + r.tokens;
         window_seconds_ = window_seconds_ * decay + r.seconds;
-        planner_.observe_lookahead_step(*current_, r.tokens, current_model_tokens_);
+        planner_.observe_lookahead_step(*current_, r.tokens, current_model_tokens_,
+                                        current_replayed_);
         planner_.acceptance().observe_window(current_->window_size, r.window_candidates,
                                              current_->ngram_size - 1, r.window_matched);
     }

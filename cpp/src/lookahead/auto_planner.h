@@ -8,7 +8,10 @@
 //                     per-token acceptance rates fitted to observed accepted lengths
 //   HistoryShadow     a free "prompt lookup" run alongside every generation: for each emitted
 //                     token, how many history n-grams the pool offers and how far the best one
-//                     matches; feeds AcceptanceModel without any forward pass
+//                     matches; feeds AcceptanceModel without any forward pass. It also replays
+//                     every verification-only (W = 0) candidate config step by step on the text
+//                     (ReplayStats): those steps depend on the text alone, so their tokens per
+//                     step and candidate counts are measured, not modelled
 //   AutoPlanner       owns the two models (kept per Session, so they learn across calls) and
 //                     picks the config with the best predicted tokens/s, or greedy
 //   AutoController    per generation: plan, switch, fall back to greedy, probe again
@@ -139,6 +142,30 @@ class AcceptanceModel {
     double window_count_units_ = 0.0;   // sum of (1 + log2 W) over those steps
 };
 
+// What the verification-only configs (W = 0, N, G) would have done on the session's text, as
+// replayed by HistoryShadow: per (N, G) weighted steps, emitted tokens and how many steps verified
+// c candidates. Older steps fade: a config's total weight is capped at kMaxSteps.
+class ReplayStats {
+  public:
+    static constexpr double kMaxSteps = 256.0;
+    // A replayed step of (N, G) that emitted `tokens` and verified `candidates` (<= G).
+    void record(int ngram_size, int verification_set_size, int tokens, int candidates, double weight);
+    double steps(int ngram_size, int verification_set_size) const;
+    // Mean emitted tokens per step (1 before any step).
+    double tokens_per_step(int ngram_size, int verification_set_size) const;
+    // Weighted step counts by verified candidates ([G + 1]), empty before any step.
+    std::vector<double> candidate_counts(int ngram_size, int verification_set_size) const;
+    void clear() { entries_.clear(); }
+
+  private:
+    struct Entry {
+        double steps = 0.0;
+        double tokens = 0.0;
+        std::vector<double> counts;  // [G + 1]
+    };
+    std::map<std::pair<int, int>, Entry> entries_;
+};
+
 // One evaluated choice.
 struct PlanChoice {
     std::optional<LookaheadConfig> config;  // nullopt: greedy steps
@@ -165,61 +192,103 @@ class AutoPlanner {
     void set_fixed_shapes(bool fixed) { fixed_shapes_ = fixed; }
     // Expected seconds of one step of `config`: the cost at its full T with fixed shapes, else
     // the cost at the rows it runs (window + verified candidates) averaged over the history
-    // candidate counts.
+    // candidate counts (for a replayed W = 0 config: over its replayed candidate counts).
     double step_seconds(const LookaheadConfig& config) const;
     AcceptanceModel& acceptance() { return acceptance_; }
     const AcceptanceModel& acceptance() const { return acceptance_; }
+    ReplayStats& replay() { return replay_; }
+    const ReplayStats& replay() const { return replay_; }
+    // Replayed steps a W = 0 config needs before its replay replaces the acceptance model.
+    static constexpr double kMinReplaySteps = 8.0;
+    // Whether `config` is verification-only with enough replayed steps.
+    bool replayed(const LookaheadConfig& config) const;
+    // The gain a replayed W = 0 config needs over greedy without fixed shapes (see plan()).
+    static constexpr double kCountedGain = 0.01;
 
-    // A finished lookahead step of `config` that emitted `tokens` tokens, where the acceptance
-    // model had predicted `predicted` tokens per step for it (when it was chosen).
-    void observe_lookahead_step(const LookaheadConfig& config, int tokens, double predicted);
-    // The acceptance model's tokens per step for `config`, before any correction.
+    // A finished lookahead step of `config` that emitted `tokens` tokens, where model_tokens had
+    // predicted `predicted` tokens per step for it when it was chosen (`from_replay`: that value
+    // was a replay's).
+    void observe_lookahead_step(const LookaheadConfig& config, int tokens, double predicted,
+                                bool from_replay = false);
+    // Tokens per step of `config` before any correction: the replayed value of a replayed W = 0
+    // config, else the acceptance model's.
     double model_tokens(const LookaheadConfig& config) const;
-    // Expected tokens per step of `config`: 1 + rho * (model - 1) (at most N), where rho =
-    // realized / predicted gain over all lookahead steps so far (the model's bias, 1 a priori),
-    // then blended with what
-    // this very config achieved when it ran (a running mean with a pseudo-count of that value).
+    // Expected tokens per step of `config`: 1 + rho * (model_tokens - 1) (at most N), where rho =
+    // realized / predicted gain over the lookahead steps so far whose prediction came from the
+    // same source (model_bias for the acceptance model, replay_bias for replays; 1 a priori),
+    // then blended with what this very config achieved when it ran (a running mean with a
+    // pseudo-count of that value). A replay is exact within a generation, so replay_bias stays
+    // near 1 unless a kept pool or a switch between configs makes the real steps differ.
     double expected_tokens(const LookaheadConfig& config) const;
     double model_bias() const;
+    double replay_bias() const;
     // Predicted figures of `config` (nullopt = greedy). Requires costs().has_table().
     PlanChoice evaluate(const std::optional<LookaheadConfig>& config) const;
     // The candidate with T <= max_tokens and the best predicted tokens/s; greedy when that is
-    // not at least (1 + min_gain) x greedy's. Requires costs().has_table().
+    // not at least (1 + min_gain) x greedy's ((1 + kCountedGain) x for a replayed W = 0 config
+    // without fixed shapes). Requires costs().has_table().
     PlanChoice plan(int max_tokens, double min_gain) const;
 
   private:
     StepCostModel costs_;
     AcceptanceModel acceptance_;
+    ReplayStats replay_;
     bool fixed_shapes_ = false;
     std::map<std::tuple<int, int, int>, std::pair<double, double>> realized_;  // (W,N,G) -> (n, sum)
-    double realized_gain_ = 0.0;   // sum over lookahead steps of (tokens - 1)
-    double predicted_gain_ = 0.0;  // sum over them of (model's tokens per step - 1)
+    struct Gains {
+        double realized = 0.0;   // sum over lookahead steps of (tokens - 1)
+        double predicted = 0.0;  // sum over them of (predicted tokens per step - 1)
+    };
+    Gains model_gains_;   // steps predicted by the acceptance model
+    Gains replay_gains_;  // steps predicted by a replay
 };
 
 // The "prompt lookup" that the history part of the pool would do, run on the side for free. It
-// keeps its own pool of every n-gram (gamma + 1 tokens) of the prompt and emitted text, at most
-// kMaxCount per key; for each new token it notes the candidates for it as a key and, gamma
-// tokens later, how far the best of them matched, into an AcceptanceModel.
+// keeps its own pool of every n-gram (gamma + 1 tokens) of the prompt and emitted text, with
+// contexts, at most kMaxCount per key; for each new token it notes the candidates for it as a key
+// and, gamma tokens later, how far the best of them matched, into an AcceptanceModel.
+//
+// It also replays the verification-only configs (W = 0, N, G) of AutoPlanner::candidate_configs
+// on the same text, into ReplayStats: one pool per n-gram length, filled as LookaheadAlgorithm
+// seeds its own, and each replay steps from key to key as a real run would (the G best entries
+// by NgramPool::select, the longest match plus the bonus token). Within one generation a replay
+// takes the same steps as a real run of that config (a test checks it); a real run that keeps a
+// pool across calls starts from more n-grams than the replay, which starts from the prompt.
 class HistoryShadow {
   public:
     explicit HistoryShadow(int gamma = AutoPlanner::kMaxNgramSize - 1);
-    // Starts a generation: pushes the prompt with weight `prompt_weight` per observation.
-    void start(const std::vector<TokenId>& prompt, AcceptanceModel* model, double prompt_weight);
+    // Starts a generation: pushes the prompt with weight `prompt_weight` per observation (the
+    // replays step through it too), then lines the replays up on the first emitted token.
+    void start(const std::vector<TokenId>& prompt, AcceptanceModel* model, ReplayStats* replay,
+               double prompt_weight);
     // One emitted token (weight 1).
-    void push(TokenId token, AcceptanceModel* model) { push(token, model, 1.0); }
+    void push(TokenId token, AcceptanceModel* model, ReplayStats* replay) {
+        push(token, model, replay, 1.0);
+    }
 
   private:
-    void push(TokenId token, AcceptanceModel* model, double weight);
+    void push(TokenId token, AcceptanceModel* model, ReplayStats* replay, double weight);
+    void step_replays(int64_t idx, ReplayStats* replay, double weight);
     struct Pending {
         int64_t index;                  // history index of the key
         int count;                      // candidates offered
         double weight;
         std::vector<TokenId> tokens;    // [count * gamma]
     };
+    struct Replay {
+        int ngram_size, verification_set_size;
+        int64_t next_key = 0;  // history index of its next step's input token
+    };
+    static constexpr int kRing = 8;  // > kMaxNgramSize: selections kept for the last keys
     int gamma_;
     NgramPool pool_;
     std::vector<TokenId> history_;
     std::deque<Pending> pending_;
+    std::vector<Replay> replays_;
+    int max_replay_g_ = 0;
+    std::vector<NgramPool> replay_pools_;       // [gamma]: n-gram length len at len - 1
+    std::vector<std::vector<TokenId>> ranked_;  // [gamma * kRing]: (len, key idx) -> best entries
+    std::vector<int> order_;
 };
 
 // What the decode loop reports after each step to a StepPolicy.
@@ -289,7 +358,8 @@ class AutoController : public StepPolicy {
     int max_tokens_;
     HistoryShadow shadow_;
     std::optional<LookaheadConfig> current_;
-    double current_model_tokens_ = 1.0;  // the acceptance model's value for it, when chosen
+    double current_model_tokens_ = 1.0;  // model_tokens of it, when chosen
+    bool current_replayed_ = false;      // whether that value was a replay's
     std::vector<AutoDecision> decisions_;
     bool started_ = false;
     int64_t steps_in_mode_ = 0;      // steps since the last switch
