@@ -24,3 +24,8 @@ $B --model $M --dtype bfloat16 --dataset mtbench --limit 8 --config 2,3,2 --conf
 python benchmarks/sweep.py --model $M --dtype bfloat16 --threads 2 --dataset humaneval --limit 4 \
    --max-new-tokens 128 --windows 1,2,4,8 --ngrams 3,4,5 --config 0,3,2 --config 0,4,2 --config 0,5,2 --config 0,4,4 \
    --out benchmarks/results/sweep-$M-bfloat16-humaneval.json
+# Upper bounds of verification from the history on the Qwen 0.5B runs above (oracle candidate choice).
+M=qwen2.5-coder-0.5b-instruct
+for D in humaneval mtbench; do
+  python benchmarks/history_bound.py benchmarks/results/$M-bfloat16-$D.json --out benchmarks/results/bounds/$M-bfloat16-$D.json
+done
