@@ -282,3 +282,19 @@ def test_cli_smoke(tiny_llama: Path, prompt_file: Path, tmp_path: Path) -> None:
     assert list(result["methods"]) == ["greedy", "lookahead[4,4,4]"]
     assert result["methods"]["lookahead[4,4,4]"]["mismatches"] == 0
     assert "tok/s med" in proc.stdout and f"wrote {out}" in proc.stdout
+
+
+def test_history_bound_oracle_takes_the_longest_earlier_match() -> None:
+    spec = importlib.util.spec_from_file_location("history_bound", REPO / "benchmarks" / "history_bound.py")
+    assert spec is not None and spec.loader is not None
+    history_bound = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(history_bound)
+    # Text "1 2 3 4 9 1 2 | 5 1 2 3 4 7" with x = 5 first: nothing earlier follows a 5 (0 accepted);
+    # from x = 1 the earlier "1 2 3 4" gives "2 3 4" (3 with depth 3, then the bonus 7 ends it).
+    prompt = [1, 2, 3, 4, 9, 1, 2, 5]
+    seq = prompt + [1, 2, 3, 4, 7]
+    assert history_bound.oracle_steps(seq, len(prompt) - 1, depth=3) == [0, 3]
+    # Depth 2: "2 3" and the bonus 4, then x = 4, whose earlier successor 9 is not 7.
+    assert history_bound.oracle_steps(seq, len(prompt) - 1, depth=2) == [0, 2, 0]
+    # Never past the end of the answer.
+    assert history_bound.oracle_steps(seq[:-1], len(prompt) - 1, depth=3) == [0, 2]
