@@ -312,21 +312,17 @@ void AutoPlanner::observe_lookahead_step(const LookaheadConfig& config, int toke
         r.second *= kRealizedMax / r.first;
         r.first = kRealizedMax;
     }
-    Gains& g = from_replay ? replay_gains_ : model_gains_;
-    g.realized += tokens - 1.0;
-    g.predicted += std::max(predicted - 1.0, 0.0);
-    if (g.predicted > kBiasMaxGain) {
-        g.realized *= kBiasMaxGain / g.predicted;
-        g.predicted = kBiasMaxGain;
+    if (from_replay) return;  // a replay is no evidence about the acceptance model
+    realized_gain_ += tokens - 1.0;
+    predicted_gain_ += std::max(predicted - 1.0, 0.0);
+    if (predicted_gain_ > kBiasMaxGain) {
+        realized_gain_ *= kBiasMaxGain / predicted_gain_;
+        predicted_gain_ = kBiasMaxGain;
     }
 }
 
 double AutoPlanner::model_bias() const {
-    return (kBiasPrior + model_gains_.realized) / (kBiasPrior + model_gains_.predicted);
-}
-
-double AutoPlanner::replay_bias() const {
-    return (kBiasPrior + replay_gains_.realized) / (kBiasPrior + replay_gains_.predicted);
+    return (kBiasPrior + realized_gain_) / (kBiasPrior + predicted_gain_);
 }
 
 double AutoPlanner::model_tokens(const LookaheadConfig& config) const {
@@ -343,8 +339,9 @@ bool AutoPlanner::replayed(const LookaheadConfig& config) const {
 }
 
 double AutoPlanner::expected_tokens(const LookaheadConfig& config) const {
-    const double bias = replayed(config) ? replay_bias() : model_bias();
-    const double model = std::min(1.0 + bias * (model_tokens(config) - 1.0),
+    // A replay is what a run of the config did on this very text: no correction applies.
+    if (replayed(config)) return model_tokens(config);
+    const double model = std::min(1.0 + model_bias() * (model_tokens(config) - 1.0),
                                   static_cast<double>(config.ngram_size));
     auto it = realized_.find({config.window_size, config.ngram_size, config.verification_set_size});
     if (it == realized_.end()) return model;

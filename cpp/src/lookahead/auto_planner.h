@@ -207,21 +207,19 @@ class AutoPlanner {
 
     // A finished lookahead step of `config` that emitted `tokens` tokens, where model_tokens had
     // predicted `predicted` tokens per step for it when it was chosen (`from_replay`: that value
-    // was a replay's).
+    // was a replay's; such steps do not move the model's bias).
     void observe_lookahead_step(const LookaheadConfig& config, int tokens, double predicted,
                                 bool from_replay = false);
     // Tokens per step of `config` before any correction: the replayed value of a replayed W = 0
     // config, else the acceptance model's.
     double model_tokens(const LookaheadConfig& config) const;
-    // Expected tokens per step of `config`: 1 + rho * (model_tokens - 1) (at most N), where rho =
-    // realized / predicted gain over the lookahead steps so far whose prediction came from the
-    // same source (model_bias for the acceptance model, replay_bias for replays; 1 a priori),
-    // then blended with what this very config achieved when it ran (a running mean with a
-    // pseudo-count of that value). A replay is exact within a generation, so replay_bias stays
-    // near 1 unless a kept pool or a switch between configs makes the real steps differ.
+    // Expected tokens per step of `config`. A replayed W = 0 config: its replay's mean, as is (the
+    // replay is what a run of it did on the same text). Otherwise 1 + rho * (model - 1) (at most
+    // N), where rho = realized / predicted gain over the lookahead steps so far that the model
+    // predicted (the model's bias, 1 a priori), then blended with what this very config achieved
+    // when it ran (a running mean with a pseudo-count of that value).
     double expected_tokens(const LookaheadConfig& config) const;
     double model_bias() const;
-    double replay_bias() const;
     // Predicted figures of `config` (nullopt = greedy). Requires costs().has_table().
     PlanChoice evaluate(const std::optional<LookaheadConfig>& config) const;
     // The candidate with T <= max_tokens and the best predicted tokens/s; greedy when that is
@@ -235,12 +233,8 @@ class AutoPlanner {
     ReplayStats replay_;
     bool fixed_shapes_ = false;
     std::map<std::tuple<int, int, int>, std::pair<double, double>> realized_;  // (W,N,G) -> (n, sum)
-    struct Gains {
-        double realized = 0.0;   // sum over lookahead steps of (tokens - 1)
-        double predicted = 0.0;  // sum over them of (predicted tokens per step - 1)
-    };
-    Gains model_gains_;   // steps predicted by the acceptance model
-    Gains replay_gains_;  // steps predicted by a replay
+    double realized_gain_ = 0.0;   // sum over model-predicted lookahead steps of (tokens - 1)
+    double predicted_gain_ = 0.0;  // sum over them of (model's tokens per step - 1)
 };
 
 // The "prompt lookup" that the history part of the pool would do, run on the side for free. It
