@@ -414,8 +414,7 @@ PlanChoice AutoPlanner::plan(int max_tokens, double min_gain) const {
 
 // ---- HistoryShadow -----------------------------------------------------------------------------
 
-HistoryShadow::HistoryShadow(int gamma)
-    : gamma_(gamma), pool_(gamma, AcceptanceModel::kMaxCount) {
+HistoryShadow::HistoryShadow(int gamma) : gamma_(gamma) {
     for (const LookaheadConfig& c : AutoPlanner::candidate_configs()) {
         if (c.window_size != 0 || c.ngram_size - 1 > gamma_) continue;
         replays_.push_back(Replay{c.ngram_size, c.verification_set_size});
@@ -424,12 +423,16 @@ HistoryShadow::HistoryShadow(int gamma)
     for (int len = 1; len <= gamma_; ++len) {
         replay_pools_.emplace_back(len, NgramPool::kept_per_key(max_replay_g_));
     }
+    // The gamma-gram pool also serves the acceptance model's lookups, which count up to
+    // kMaxCount candidates per key.
+    PYLA_CHECK(replay_pools_.back().capacity() == AcceptanceModel::kMaxCount,
+               "shadow pool keeps " << replay_pools_.back().capacity() << " per key, not "
+                                    << AcceptanceModel::kMaxCount);
     ranked_.assign(static_cast<size_t>(gamma_) * kRing, {});
 }
 
 void HistoryShadow::start(const std::vector<TokenId>& prompt, AcceptanceModel* model,
                           ReplayStats* replay, double prompt_weight) {
-    pool_.clear();
     for (NgramPool& p : replay_pools_) p.clear();
     history_.clear();
     pending_.clear();
@@ -444,21 +447,13 @@ void HistoryShadow::push(TokenId token, AcceptanceModel* model, ReplayStats* rep
                          double weight) {
     history_.push_back(token);
     const int64_t idx = static_cast<int64_t>(history_.size()) - 1;
-    constexpr int C = NgramPool::kContextLen;
-    auto context_before = [this](int64_t at, TokenId* out) {  // the C tokens before index `at`
-        for (int j = 0; j < C; ++j) {
-            const int64_t i = at - C + j;
-            out[j] = i >= 0 ? history_[i] : NgramPool::kUnknown;
-        }
-    };
     // The n-grams that end here go in the pools first, as LookaheadAlgorithm seeds them.
-    TokenId context[C];
+    TokenId context[NgramPool::kContextLen];
     for (int len = 1; len <= gamma_ && len <= idx; ++len) {
         const int64_t key = idx - len;
-        context_before(key, context);
+        NgramPool::context_before(history_.data(), key, context);
         replay_pools_[len - 1].insert(history_[key], history_.data() + key + 1, NgramSource::kSeed,
                                       context);
-        if (len == gamma_) pool_.insert(history_[key], history_.data() + key + 1, NgramSource::kSeed);
     }
     // Lookups whose continuation is now known.
     while (!pending_.empty() && pending_.front().index + gamma_ <= idx) {
@@ -472,15 +467,14 @@ void HistoryShadow::push(TokenId token, AcceptanceModel* model, ReplayStats* rep
         model->observe_history(p.count, gamma_, best, p.weight);
         pending_.pop_front();
     }
-    const NgramPool::Candidates cands = pool_.find(token);
+    const NgramPool::Candidates cands = replay_pools_[gamma_ - 1].find(token);
     pending_.push_back(Pending{idx, cands.count, weight,
                                std::vector<TokenId>(cands.tokens, cands.tokens + cands.count * gamma_)});
     // This key's candidates in every replay pool, best first, as a step on it would pick them.
-    context_before(idx, context);
+    NgramPool::context_before(history_.data(), idx, context);
     for (int len = 1; len <= gamma_; ++len) {
-        const NgramPool& pool = replay_pools_[len - 1];
-        pool.select(token, context, max_replay_g_, &order_);
-        const NgramPool::Candidates c = pool.find(token);
+        const NgramPool::Candidates c =
+            replay_pools_[len - 1].select(token, context, max_replay_g_, &order_);
         std::vector<TokenId>& ranked = ranked_[static_cast<size_t>(len - 1) * kRing + idx % kRing];
         ranked.clear();
         for (int i : order_) {

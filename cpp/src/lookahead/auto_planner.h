@@ -275,12 +275,12 @@ class HistoryShadow {
     };
     static constexpr int kRing = 8;  // > kMaxNgramSize: selections kept for the last keys
     int gamma_;
-    NgramPool pool_;
     std::vector<TokenId> history_;
     std::deque<Pending> pending_;
     std::vector<Replay> replays_;
     int max_replay_g_ = 0;
-    std::vector<NgramPool> replay_pools_;       // [gamma]: n-gram length len at len - 1
+    // [gamma]: n-gram length len at len - 1; the last one also feeds the acceptance model.
+    std::vector<NgramPool> replay_pools_;
     std::vector<std::vector<TokenId>> ranked_;  // [gamma * kRing]: (len, key idx) -> best entries
     std::vector<int> order_;
 };

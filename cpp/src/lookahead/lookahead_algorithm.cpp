@@ -52,17 +52,14 @@ void LookaheadAlgorithm::push_recent(const TokenId* tokens, int n) {
 void LookaheadAlgorithm::append_history(const TokenId* tokens, int n) {
     // Adds the N-gram that ends at each new token, oldest first (the newest is the freshest),
     // with the kContextLen tokens before its key.
-    const int N = config_.ngram_size, C = NgramPool::kContextLen;
+    const int N = config_.ngram_size;
     TokenId context[NgramPool::kContextLen];
     for (int i = 0; i < n; ++i) {
         history_.push_back(tokens[i]);
         const int64_t size = static_cast<int64_t>(history_.size());
         if (size < N) continue;
         const int64_t start = size - N;  // of the key
-        for (int j = 0; j < C; ++j) {
-            const int64_t at = start - C + j;
-            context[j] = at >= 0 ? history_[at] : NgramPool::kUnknown;
-        }
+        NgramPool::context_before(history_.data(), start, context);
         const TokenId* gram = history_.data() + start;
         shared_->pool.insert(gram[0], gram + 1, NgramSource::kSeed, context);
     }
@@ -79,9 +76,8 @@ const std::vector<TokenId>& LookaheadAlgorithm::prepare(TokenId x) {
     {
         // recent_ ends with x: the tokens before it are the context candidates are ranked by.
         std::lock_guard<std::mutex> lock(shared_->mutex);
-        const NgramPool& pool = shared_->pool;
-        pool.select(x, recent_.data(), b.verification_set_size, &order_);
-        const NgramPool::Candidates cands = pool.find(x);
+        const NgramPool::Candidates cands =
+            shared_->pool.select(x, recent_.data(), b.verification_set_size, &order_);
         num_candidates_ = static_cast<int>(order_.size());
         candidate_sources_.clear();
         for (int c = 0; c < num_candidates_; ++c) {

@@ -55,11 +55,11 @@ NgramPool::Candidates NgramPool::find(TokenId key) const {
             static_cast<int>(it->second.sources.size())};
 }
 
-void NgramPool::select(TokenId key, const TokenId* recent, int max_count,
-                       std::vector<int>* order) const {
+NgramPool::Candidates NgramPool::select(TokenId key, const TokenId* recent, int max_count,
+                                        std::vector<int>* order) const {
     order->clear();
     const Candidates c = find(key);
-    if (c.count == 0 || max_count <= 0) return;
+    if (c.count == 0 || max_count <= 0) return c;
     // Rank = matched context tokens * (capacity + 1) + index: more context first, then newer.
     std::vector<std::pair<int, int>> ranked;
     ranked.reserve(c.count);
@@ -76,6 +76,7 @@ void NgramPool::select(TokenId key, const TokenId* recent, int max_count,
     std::partial_sort(ranked.begin(), ranked.begin() + n, ranked.end(),
                       [](const auto& a, const auto& b) { return a.first > b.first; });
     for (int k = 0; k < n; ++k) order->push_back(ranked[k].second);
+    return c;
 }
 
 int64_t NgramPool::size() const {

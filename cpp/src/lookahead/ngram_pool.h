@@ -61,8 +61,15 @@ class NgramPool {
     Candidates find(TokenId key) const;
     // Indices into find(key) of at most `max_count` entries, best first: the most trailing
     // context tokens equal to `recent` ([kContextLen] tokens before the key now, oldest first;
-    // kUnknown never matches), then the newest. `order` is overwritten.
-    void select(TokenId key, const TokenId* recent, int max_count, std::vector<int>* order) const;
+    // kUnknown never matches), then the newest. `order` is overwritten. Returns find(key).
+    Candidates select(TokenId key, const TokenId* recent, int max_count, std::vector<int>* order) const;
+    // The kContextLen tokens of `text` before index `at` (kUnknown before the start) into `out`.
+    static void context_before(const TokenId* text, int64_t at, TokenId* out) {
+        for (int j = 0; j < kContextLen; ++j) {
+            const int64_t i = at - kContextLen + j;
+            out[j] = i >= 0 ? text[i] : kUnknown;
+        }
+    }
     void clear() { lists_.clear(); }
 
     int ngram_len() const { return ngram_len_; }
