@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "check.h"
 
@@ -12,45 +13,185 @@ namespace pylookahead {
 
 namespace {
 
-// Every reduction below has one fixed order, independent of how many rows, slots or threads a
-// call has, so a row's result is a function of its own inputs only. The hot loops come in
-// per-ISA clones (picked once per process by the loader), so on one machine every call runs the
-// same instructions.
+// Every value below is computed by one fixed sequence of IEEE operations per element (this file
+// is compiled with -ffp-contract=off, and nothing is reassociated), independent of how many rows,
+// slots or threads a call has, so a row's result is a function of its own inputs only. The work
+// is written with 16-float vectors (GCC vector extensions: one zmm register on AVX-512, two ymm on
+// AVX2, four xmm otherwise); a vector lane does exactly what the scalar code would, so the per-ISA
+// clones below (picked once per process by the loader) even agree with each other.
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define PYLA_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define PYLA_ISA_CLONES
 #endif
+#define PYLA_INLINE inline __attribute__((always_inline))
 
-constexpr int kLanes = 16;  // partial sums of the softmax denominator, by key index mod 16
+constexpr int64_t kLanes = 16;
+typedef float F16 __attribute__((vector_size(kLanes * sizeof(float))));
+typedef int32_t I16 __attribute__((vector_size(kLanes * sizeof(int32_t))));
+constexpr int kMaxHeads = 8;  // query heads per tile (GQA groups are split into tiles of <= 8)
 
-// Scores of `n` consecutive key slots for one query vector, vectorised over the slots:
-// out[s] = scale * sum_i q[i] * kt[i * stride + s], the sum taken over i = 0..d-1 in order, so each
-// out[s] is computed with exactly the operations of the scalar loop in key_score().
-PYLA_ISA_CLONES
-void scores_contiguous(const float* q, const float* kt, int64_t stride, int64_t n, int64_t d,
-                       float scale, float* out) {
-    for (int64_t s = 0; s < n; ++s) out[s] = 0.f;
-    for (int64_t i = 0; i < d; ++i) {
-        const float qi = q[i];
-        const float* row = kt + i * stride;
-        for (int64_t s = 0; s < n; ++s) out[s] += qi * row[s];
+PYLA_INLINE F16 load(const float* p) {
+    F16 v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+}
+
+PYLA_INLINE void store(float* p, F16 v) { std::memcpy(p, &v, sizeof v); }
+
+PYLA_INLINE F16 splat(float x) { return F16{} + x; }
+
+int64_t round_up(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// exp(x) for x <= 0 (scores minus their maximum), 16 at a time: Cody-Waite range reduction
+// x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r (about 1 ulp), then 2^n through
+// the exponent bits. Below -87 it returns e^-87 (1.6e-38), which adds nothing next to the
+// maximum's 1.
+PYLA_INLINE F16 exp_nonpositive(F16 x) {
+    const F16 lo = splat(-87.0f);
+    x = x < lo ? lo : x;
+    const F16 shifter = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+    const F16 t = x * splat(1.44269504088896341f) + shifter;
+    const F16 n = t - shifter;
+    F16 r = x - n * splat(0.693359375f);
+    r = r - n * splat(-2.12194440e-4f);
+    const F16 r2 = r * r;
+    F16 p = splat(1.9875691500e-4f);
+    p = p * r + splat(1.3981999507e-3f);
+    p = p * r + splat(8.3334519073e-3f);
+    p = p * r + splat(4.1665795894e-2f);
+    p = p * r + splat(1.6666665459e-1f);
+    p = p * r + splat(5.0000001201e-1f);
+    p = p * r2 + r + splat(1.0f);
+    I16 bits;
+    std::memcpy(&bits, &t, sizeof bits);
+    int32_t shifter_bits;
+    const float shifter_f = 12582912.0f;
+    std::memcpy(&shifter_bits, &shifter_f, sizeof shifter_bits);
+    const I16 scale_bits = ((bits - shifter_bits) + 127) << 23;
+    F16 scale;
+    std::memcpy(&scale, &scale_bits, sizeof scale);
+    return p * scale;
+}
+
+// One (query row, KV head) of the kernel: NG query heads that share the KV head.
+//   q      [NG, dp]   queries in fp32 (dp = head dim rounded up to 16, zero padded)
+//   kt     [d, sp]    keys transposed, fp32 (sp = slot count rounded up to 16, zero padded)
+//   vf     [S, dp]    values, fp32 (zero padded)
+//   slots  [n]        the slots this row sees, ascending
+//   sc     [NG, sp]   scratch
+//   out    NG rows of d values (stride out_stride), dtype T
+template <int NG, typename T>
+PYLA_INLINE void attend_tile(const float* q, const float* kt, const float* vf, int64_t d,
+                             int64_t dp, int64_t sp, const int32_t* slots, int64_t n, float scale,
+                             float* sc, T* out, int64_t out_stride) {
+    // Scores of every slot (visible or not, so that each is computed the same way):
+    // sc[g][s] = (sum_i q[g][i] * k[s][i], i ascending) * scale.
+    for (int64_t s0 = 0; s0 < sp; s0 += kLanes) {
+        F16 acc[NG];
+        for (int g = 0; g < NG; ++g) acc[g] = F16{};
+        const float* col = kt + s0;
+        for (int64_t i = 0; i < d; ++i) {
+            const F16 k = load(col + i * sp);
+            for (int g = 0; g < NG; ++g) acc[g] = acc[g] + k * q[g * dp + i];
+        }
+        for (int g = 0; g < NG; ++g) store(sc + g * sp + s0, acc[g] * scale);
     }
-    for (int64_t s = 0; s < n; ++s) out[s] *= scale;
+    // Softmax over the visible slots: compact them to the front (in slot order), subtract the
+    // maximum, exponentiate, and sum in 16 lanes (lane l takes positions l, l+16, ...).
+    const int64_t np = round_up(n);
+    float denom[NG];
+    for (int g = 0; g < NG; ++g) {
+        float* p = sc + g * sp;
+        for (int64_t e = 0; e < n; ++e) p[e] = p[slots[e]];  // slots[e] >= e: a left shift
+        float m = p[0];
+        for (int64_t e = 1; e < n; ++e) m = std::max(m, p[e]);
+        for (int64_t e = n; e < np; ++e) p[e] = m;  // padding lanes, dropped below
+        F16 part = F16{};
+        for (int64_t e0 = 0; e0 < np; e0 += kLanes) {
+            F16 w = exp_nonpositive(load(p + e0) - m);
+            if (e0 + kLanes > n) {
+                for (int64_t l = n - e0; l < kLanes; ++l) w[l] = 0.f;
+            }
+            store(p + e0, w);
+            part = part + w;
+        }
+        float total = 0.f;
+        for (int l = 0; l < kLanes; ++l) total += part[l];
+        denom[g] = total;
+    }
+    // Weighted values: out[g][i] = (sum_e w[g][e] * v[slots[e]][i], e ascending) / denom[g].
+    for (int64_t i0 = 0; i0 < dp; i0 += kLanes) {
+        F16 acc[NG];
+        for (int g = 0; g < NG; ++g) acc[g] = F16{};
+        for (int64_t e = 0; e < n; ++e) {
+            const F16 v = load(vf + static_cast<int64_t>(slots[e]) * dp + i0);
+            for (int g = 0; g < NG; ++g) acc[g] = acc[g] + v * sc[g * sp + e];
+        }
+        for (int g = 0; g < NG; ++g) {
+            const F16 o = acc[g] / denom[g];
+            T* dst = out + g * out_stride + i0;
+            const int64_t lanes = std::min<int64_t>(kLanes, d - i0);
+            for (int64_t l = 0; l < lanes; ++l) dst[l] = static_cast<T>(o[l]);
+        }
+    }
 }
 
-// The score of one key slot: the same operations, in the same order, as scores_contiguous().
-float key_score(const float* q, const float* kt, int64_t stride, int64_t slot, int64_t d,
-                float scale) {
-    float acc = 0.f;
-    for (int64_t i = 0; i < d; ++i) acc += q[i] * kt[i * stride + slot];
-    return acc * scale;
+template <typename T>
+PYLA_INLINE void attend_dispatch(int ng, const float* q, const float* kt, const float* vf,
+                                 int64_t d, int64_t dp, int64_t sp, const int32_t* slots,
+                                 int64_t n, float scale, float* sc, T* out, int64_t out_stride) {
+    switch (ng) {
+#define PYLA_TILE(G) \
+    case G: return attend_tile<G, T>(q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+        PYLA_TILE(1) PYLA_TILE(2) PYLA_TILE(3) PYLA_TILE(4)
+        PYLA_TILE(5) PYLA_TILE(6) PYLA_TILE(7) PYLA_TILE(8)
+#undef PYLA_TILE
+    }
 }
 
-// acc[:] += w * v[:]
-PYLA_ISA_CLONES
-void axpy(float w, const float* v, int64_t d, float* acc) {
-    for (int64_t i = 0; i < d; ++i) acc[i] += w * v[i];
+// The per-ISA entry points (target_clones needs plain functions, so one per dtype).
+PYLA_ISA_CLONES void attend_f32(int ng, const float* q, const float* kt, const float* vf, int64_t d,
+                                int64_t dp, int64_t sp, const int32_t* slots, int64_t n,
+                                float scale, float* sc, float* out, int64_t out_stride) {
+    attend_dispatch<float>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+}
+PYLA_ISA_CLONES void attend_bf16(int ng, const float* q, const float* kt, const float* vf,
+                                 int64_t d, int64_t dp, int64_t sp, const int32_t* slots,
+                                 int64_t n, float scale, float* sc, at::BFloat16* out,
+                                 int64_t out_stride) {
+    attend_dispatch<at::BFloat16>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+}
+PYLA_ISA_CLONES void attend_f16(int ng, const float* q, const float* kt, const float* vf, int64_t d,
+                                int64_t dp, int64_t sp, const int32_t* slots, int64_t n,
+                                float scale, float* sc, at::Half* out, int64_t out_stride) {
+    attend_dispatch<at::Half>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+}
+
+void attend(int ng, const float* q, const float* kt, const float* vf, int64_t d, int64_t dp,
+            int64_t sp, const int32_t* slots, int64_t n, float scale, float* sc, float* out,
+            int64_t out_stride) {
+    attend_f32(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+}
+void attend(int ng, const float* q, const float* kt, const float* vf, int64_t d, int64_t dp,
+            int64_t sp, const int32_t* slots, int64_t n, float scale, float* sc, at::BFloat16* out,
+            int64_t out_stride) {
+    attend_bf16(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+}
+void attend(int ng, const float* q, const float* kt, const float* vf, int64_t d, int64_t dp,
+            int64_t sp, const int32_t* slots, int64_t n, float scale, float* sc, at::Half* out,
+            int64_t out_stride) {
+    attend_f16(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+}
+
+// dtype -> fp32 (exact for every dtype here). bf16 is the top half of an fp32.
+PYLA_INLINE float to_f32(float x) { return x; }
+PYLA_INLINE float to_f32(at::Half x) { return static_cast<float>(x); }
+PYLA_INLINE float to_f32(at::BFloat16 x) {
+    const uint32_t bits = static_cast<uint32_t>(x.x) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
 }
 
 template <typename T>
@@ -61,6 +202,7 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
     const int64_t group = h / hkv;
     const int64_t n_rows = static_cast<int64_t>(rows.size());
     const int64_t slots_total = kv_len + t;  // cache rows + step rows
+    const int64_t sp = round_up(slots_total), dp = round_up(d);
     const T* qp = q.data_ptr<T>();
     const T* kp = keys.data_ptr<T>();
     const T* vp = values.data_ptr<T>();
@@ -72,69 +214,53 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
     // Small steps run on the calling thread: a parallel region costs more than it saves there,
     // and far more when another process holds a core.
     const int64_t row_work = slots_total * d * group;
-    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 17) / std::max<int64_t>(row_work, 1));
+    const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(row_work, 1));
 
     // Phase 1: every KV head's keys, transposed, and values as fp32, once for all rows.
-    // kt [Hkv, D, S], vf [Hkv, S, D]
-    std::vector<float> kt(hkv * d * slots_total), vf(hkv * slots_total * d);
+    // kt [Hkv, D, sp], vf [Hkv, S, dp]; the padding is zero.
+    std::vector<float> kt(hkv * d * sp, 0.f), vf(hkv * slots_total * dp, 0.f);
     at::parallel_for(0, hkv, n_rows >= 4 ? 1 : hkv, [&](int64_t begin, int64_t end) {
         for (int64_t kvh = begin; kvh < end; ++kvh) {
-            float* ktk = kt.data() + kvh * d * slots_total;
-            float* vfk = vf.data() + kvh * slots_total * d;
+            float* ktk = kt.data() + kvh * d * sp;
+            float* vfk = vf.data() + kvh * slots_total * dp;
             for (int64_t s = 0; s < slots_total; ++s) {
                 const T* ks = kp + kvh * ks0 + s * ks1;
                 const T* vs = vp + kvh * vs0 + s * vs1;
-                for (int64_t i = 0; i < d; ++i) {
-                    ktk[i * slots_total + s] = static_cast<float>(ks[i]);
-                    vfk[s * d + i] = static_cast<float>(vs[i]);
-                }
+                for (int64_t i = 0; i < d; ++i) ktk[i * sp + s] = to_f32(ks[i]);
+                for (int64_t i = 0; i < d; ++i) vfk[s * dp + i] = to_f32(vs[i]);
             }
         }
     });
 
-    // Phase 2: one task = one query row x one KV head (its `group` query heads).
+    // Phase 2: one task = one query row x one KV head (its `group` query heads, in tiles).
+    const float fscale = static_cast<float>(scale);
     at::parallel_for(0, n_rows * hkv, grain, [&](int64_t begin, int64_t end) {
-        std::vector<float> qf(d), acc(d), sc;
-        std::vector<int64_t> slots;
+        std::vector<float> qf(kMaxHeads * dp, 0.f), sc(kMaxHeads * sp);
+        std::vector<int32_t> slots;
         for (int64_t task = begin; task < end; ++task) {
             const int64_t r = rows[task / hkv], kvh = task % hkv;
-            const float* ktk = kt.data() + kvh * d * slots_total;
-            const float* vfk = vf.data() + kvh * slots_total * d;
-            // Keys this row sees, compacted in slot order: all cache rows, then its step rows.
+            // Slots this row sees, in order: all cache rows, then its visible step rows.
             slots.clear();
+            for (int32_t s = 0; s < kv_len; ++s) slots.push_back(s);
             for (int64_t j = 0; j < t; ++j) {
-                if (mask ? mask[r * t + j] != 0 : j <= r) slots.push_back(kv_len + j);
+                if (mask ? mask[r * t + j] != 0 : j <= r) {
+                    slots.push_back(static_cast<int32_t>(kv_len + j));
+                }
             }
-            const int64_t n = kv_len + static_cast<int64_t>(slots.size());
-            sc.resize(n);
-            for (int64_t g = 0; g < group; ++g) {
-                const T* src = qp + r * qs0 + (kvh * group + g) * qs1;
-                for (int64_t i = 0; i < d; ++i) qf[i] = static_cast<float>(src[i]);
-                const float fscale = static_cast<float>(scale);
-                scores_contiguous(qf.data(), ktk, slots_total, kv_len, d, fscale, sc.data());
-                for (size_t e = 0; e < slots.size(); ++e) {
-                    sc[kv_len + e] = key_score(qf.data(), ktk, slots_total, slots[e], d, fscale);
+            const int64_t n = static_cast<int64_t>(slots.size());
+            for (int64_t g0 = 0; g0 < group; g0 += kMaxHeads) {
+                const int ng = static_cast<int>(std::min<int64_t>(kMaxHeads, group - g0));
+                for (int g = 0; g < ng; ++g) {
+                    const T* src = qp + r * qs0 + (kvh * group + g0 + g) * qs1;
+                    for (int64_t i = 0; i < d; ++i) qf[g * dp + i] = to_f32(src[i]);
                 }
-                const float m = *std::max_element(sc.begin(), sc.end());
-                float part[kLanes] = {};
-                for (int64_t s = 0; s < n; ++s) {
-                    sc[s] = std::exp(sc[s] - m);
-                    part[s % kLanes] += sc[s];
-                }
-                float denom = 0.f;
-                for (int l = 0; l < kLanes; ++l) denom += part[l];
-                std::fill(acc.begin(), acc.end(), 0.f);
-                for (int64_t s = 0; s < kv_len; ++s) axpy(sc[s], vfk + s * d, d, acc.data());
-                for (size_t e = 0; e < slots.size(); ++e) {
-                    axpy(sc[kv_len + e], vfk + slots[e] * d, d, acc.data());
-                }
-                T* dst = op + r * os0 + (kvh * group + g) * os1;
-                for (int64_t i = 0; i < d; ++i) dst[i] = static_cast<T>(acc[i] / denom);
+                attend(ng, qf.data(), kt.data() + kvh * d * sp,
+                       vf.data() + kvh * slots_total * dp, d, dp, sp, slots.data(), n, fscale,
+                       sc.data(), op + r * os0 + (kvh * group + g0) * os1, os1);
             }
         }
     });
 }
-
 // float64 models (exactness tests): a plain loop, no speed concern.
 void run_fp64(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
               int64_t kv_len, const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
