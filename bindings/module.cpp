@@ -197,7 +197,8 @@ void bind_results(py::module_& m) {
         .def_readonly("vocab_size", &ModelInfo::vocab_size)
         .def_readonly("max_position_embeddings", &ModelInfo::max_position_embeddings)
         .def_readonly("eos_token_ids", &ModelInfo::eos_token_ids)
-        .def_readonly("packed_weights", &ModelInfo::packed_weights);
+        .def_readonly("packed_weights", &ModelInfo::packed_weights)
+        .def_readonly("linear_kernel", &ModelInfo::linear_kernel);
 }
 
 void bind_session(py::module_& m) {

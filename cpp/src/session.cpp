@@ -98,6 +98,11 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
     try {
         impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device);
         info.packed_weights = impl->transformer->packed_weights();
+        switch (impl->transformer->linear_kernel()) {
+            case Transformer::LinearKernel::kBf16Dot: info.linear_kernel = "bf16-avx512"; break;
+            case Transformer::LinearKernel::kOneDnnPacked: info.linear_kernel = "onednn"; break;
+            case Transformer::LinearKernel::kAten: info.linear_kernel = "aten"; break;
+        }
     } catch (const c10::Error& e) {
         throw ModelLoadError(model_dir + ": loading weights failed: " + e.what_without_backtrace());
     }

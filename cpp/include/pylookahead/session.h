@@ -38,7 +38,10 @@ struct ModelInfo {
     int vocab_size = 0;                // token ids are in [0, vocab_size)
     int max_position_embeddings = 0;
     std::vector<TokenId> eos_token_ids;  // from generation_config.json, else config.json
-    bool packed_weights = false;       // CPU linear weights pre-packed for oneDNN (docs/design.md)
+    bool packed_weights = false;       // CPU linear weights pre-packed (docs/design.md)
+    // Kernel of the linear layers: "bf16-avx512" (bf16 on a CPU with AVX512-BF16), "onednn"
+    // (other CPU bf16, fp32), "aten" (at::linear: fp16, fp64, CUDA, or a failed probe).
+    std::string linear_kernel = "aten";
 };
 
 // Loaded weights of one Llama-family checkpoint (LlamaForCausalLM, Qwen2ForCausalLM,

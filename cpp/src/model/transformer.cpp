@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "model/attention.h"
+#include "model/bf16_linear.h"
 #include "io/safetensors.h"
 #include "pylookahead/errors.h"
 
@@ -168,30 +169,52 @@ const std::optional<c10::OperatorHandle>& linear_op() {
 }  // namespace
 
 void Transformer::pack_weights() {
-    // bf16 and fp32 on CPU: there at::linear reorders the plain weight on every call (bf16,
-    // oneDNN) or runs MKL, whose rows change bits between M = 2, 3 and 4 (fp32).
     if (!device_.is_cpu() || (dtype_ != at::kBFloat16 && dtype_ != at::kFloat)) return;
+    // Exactness needs each row of a step to get the same bits whatever the step's row count.
+    // Probe that on this CPU with the first layer's qkv (and bias) before choosing a kernel.
+    const int64_t hid = config_.hidden_size;
+    const at::Tensor probe = at::linspace(-3.0, 3.0, 17 * hid).sin().reshape({17, hid}).to(dtype_);
+    const LayerWeights& first = layers_.front();
+    auto invariant_from = [&](const at::Tensor& w, int min_rows) {
+        const int64_t n = first.qkv.size(0);
+        const at::Tensor all = linear(probe, w, first.qkv_bias, n);
+        bool same = true;
+        for (int64_t m : {1, 2, 3, 5, 8, 9}) {
+            if (m < min_rows) continue;
+            same = same && at::equal(linear(probe.narrow(0, 0, m), w, first.qkv_bias, n),
+                                     all.narrow(0, 0, m));
+        }
+        return same;
+    };
+    if (dtype_ == at::kBFloat16 && bf16_linear_supported() && hid % 2 == 0 &&
+        config_.intermediate_size % 2 == 0 &&
+        (config_.num_attention_heads * config_.head_dim) % 2 == 0) {
+        const at::Tensor packed_qkv = bf16_linear_pack(first.qkv);
+        kernel_ = LinearKernel::kBf16Dot;
+        if (invariant_from(packed_qkv, 1)) {
+            for (LayerWeights& lw : layers_) {
+                lw.qkv = &lw == &layers_.front() ? packed_qkv : bf16_linear_pack(lw.qkv);
+                lw.o = bf16_linear_pack(lw.o);
+                lw.gate_up = bf16_linear_pack(lw.gate_up);
+                lw.down = bf16_linear_pack(lw.down);
+            }
+            lm_head_ = bf16_linear_pack(lm_head_);  // a packed copy when tied
+            return;
+        }
+        kernel_ = LinearKernel::kAten;
+    }
     if (!at::hasMKLDNN() || !reorder_op() || !linear_op()) return;
     auto pack = [](const at::Tensor& w) {
         torch::jit::Stack stack{w, c10::IValue(static_cast<int64_t>(2))};
         reorder_op()->callBoxed(&stack);
         return stack[0].toTensor();
     };
-    // Exactness needs each row of a step to get the same bits whatever the step's row count
-    // (>= 2). Probe that on this CPU with the first layer's qkv (and bias), else keep at::linear.
-    const int64_t hid = config_.hidden_size;
-    const at::Tensor probe = at::linspace(-3.0, 3.0, 17 * hid).sin().reshape({17, hid}).to(dtype_);
-    const LayerWeights& first = layers_.front();
     const at::Tensor packed_qkv = pack(first.qkv);
-    packed_ = true;
-    const at::Tensor all = linear(probe, packed_qkv, first.qkv_bias);
-    bool invariant = true;
-    for (int64_t m : {2, 3, 5, 8}) {
-        invariant = invariant && at::equal(linear(probe.narrow(0, 0, m), packed_qkv, first.qkv_bias),
-                                           all.narrow(0, 0, m));
+    kernel_ = LinearKernel::kOneDnnPacked;
+    if (!invariant_from(packed_qkv, 2)) {
+        kernel_ = LinearKernel::kAten;
+        return;
     }
-    packed_ = false;
-    if (!invariant) return;
     for (LayerWeights& lw : layers_) {
         lw.qkv = &lw == &layers_.front() ? packed_qkv : pack(lw.qkv);
         lw.o = pack(lw.o);
@@ -199,16 +222,22 @@ void Transformer::pack_weights() {
         lw.down = pack(lw.down);
     }
     lm_head_ = pack(lm_head_);  // a packed copy when tied: the embedding keeps its layout
-    packed_ = true;
 }
 
 int Transformer::min_invariant_rows() const {
-    if (packed_ || dtype_ == at::kBFloat16 || dtype_ == at::kHalf) return 2;
+    if (kernel_ == LinearKernel::kBf16Dot) return 1;
+    if (kernel_ == LinearKernel::kOneDnnPacked || dtype_ == at::kBFloat16 || dtype_ == at::kHalf) {
+        return 2;
+    }
     return 4;  // MKL fp32/fp64 GEMMs
 }
 
-at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) const {
-    if (!packed_) return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                               int64_t n) const {
+    if (kernel_ == LinearKernel::kBf16Dot) return bf16_linear(x.contiguous(), w, n, bias);
+    if (kernel_ == LinearKernel::kAten) {
+        return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
+    }
     // The constant arguments are built once (this runs ~7 times per layer per step).
     static const c10::IValue no_activation(std::string("none"));
     static const c10::IValue no_scalars(c10::List<std::optional<at::Scalar>>{});
@@ -294,7 +323,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
     for (int i = 0; i < c.num_hidden_layers; ++i) {
         const LayerWeights& lw = layers_[i];
         at::Tensor hn = rms_norm(x, lw.input_norm);
-        at::Tensor qkv = linear(hn, lw.qkv, lw.qkv_bias);  // [T, (H+2Hkv)D]
+        at::Tensor qkv = linear(hn, lw.qkv, lw.qkv_bias, (h + 2 * hkv) * d);  // [T, (H+2Hkv)D]
         at::Tensor q = qkv.narrow(1, 0, h * d).view({t, h, d});
         at::Tensor k = qkv.narrow(1, h * d, hkv * d).view({t, hkv, d});
         at::Tensor v = qkv.narrow(1, (h + hkv) * d, hkv * d).view({t, hkv, d});
@@ -312,16 +341,16 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
             attn = sdpa(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), attn_mask, is_causal);
         }
         attn = attn.view({t, h * d});
-        at::Tensor o = linear(attn, lw.o, lw.o_bias);
+        at::Tensor o = linear(attn, lw.o, lw.o_bias, c.hidden_size);
         x = x + o;
         hn = rms_norm(x, lw.post_norm);
-        at::Tensor gu = linear(hn, lw.gate_up);  // [T, 2I]
+        at::Tensor gu = linear(hn, lw.gate_up, {}, 2 * c.intermediate_size);  // [T, 2I]
         const int64_t inter = c.intermediate_size;
         at::Tensor act = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
-        x = x + linear(act, lw.down);
+        x = x + linear(act.contiguous(), lw.down, {}, c.hidden_size);
     }
     at::Tensor sel = out_rows.size(0) == t ? x : x.index_select(0, out_rows);
-    return linear(rms_norm(sel, final_norm_), lm_head_);  // [R, V]
+    return linear(rms_norm(sel, final_norm_), lm_head_, {}, c.vocab_size);  // [R, V]
 }
 
 }  // namespace pylookahead

@@ -53,18 +53,24 @@ class Transformer {
                        const at::Tensor& out_rows, bool row_invariant = false,
                        const uint8_t* host_mask = nullptr) const;
 
-    // True when the CPU linear weights are held pre-packed for oneDNN (see linear()).
-    bool packed_weights() const { return packed_; }
+    // How the linear layers run (see linear()).
+    enum class LinearKernel { kAten, kOneDnnPacked, kBf16Dot };
+    LinearKernel linear_kernel() const { return kernel_; }
+    // True when the CPU linear weights are held pre-packed (oneDNN's or bf16_linear's layout).
+    bool packed_weights() const { return kernel_ != LinearKernel::kAten; }
     // Fewest rows a decode step must run so that every row's result has the same bits as in a
-    // step of any other size >= that (the GEMMs differ at M = 1): 2 with packed weights or
-    // bf16/fp16, 4 for MKL fp32/fp64 (measured on the CPUs here; see docs/design.md).
+    // step of any other size >= that: 1 with bf16_linear (row-invariant by construction), 2 with
+    // oneDNN-packed weights or bf16/fp16 (the GEMMs differ at M = 1), 4 for MKL fp32/fp64
+    // (measured on the CPUs here; see docs/design.md).
     int min_invariant_rows() const;
 
   private:
-    // y = x W^T (+ bias). With packed weights: oneDNN's linear on the weight reordered once at
-    // load, instead of at::linear, which reorders a bf16 weight on every call (same bits for
-    // M >= 2 rows) and runs fp32 on MKL (other bits).
-    at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {}) const;
+    // y = x W^T (+ bias). bf16 on a CPU with AVX512-BF16: bf16_linear.h (weights packed at
+    // load). Other CPU bf16 and fp32: oneDNN's linear on the weight reordered once at load,
+    // instead of at::linear, which reorders a bf16 weight on every call (same bits for M >= 2
+    // rows) and runs fp32 on MKL (other bits). `n` = output features (W's rows).
+    at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {},
+                      int64_t n = 0) const;
     // Reorders every linear weight for linear() when this build and device allow it.
     void pack_weights();
     at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
@@ -82,7 +88,7 @@ class Transformer {
     at::Tensor final_norm_;    // [hidden]
     at::Tensor lm_head_;       // [V, hidden] (the embedding when tied)
     at::Tensor inv_freq_;      // [D / 2] fp32, rope scaling applied
-    bool packed_ = false;      // linear weights (and lm_head_) are oneDNN-packed
+    LinearKernel kernel_ = LinearKernel::kAten;  // and the layout of the linear weights
 };
 
 }  // namespace pylookahead

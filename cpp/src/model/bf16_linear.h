@@ -1,0 +1,29 @@
+// bfloat16 linear layers on CPUs with AVX512-BF16: y = x W^T (+ bias), fp32 accumulation.
+//
+// Why: decode steps have few rows (1 for greedy, 4-16 for lookahead), where a linear layer is a
+// stream over its weights. oneDNN's prepacked bf16 linear costs ~12% more at 7 rows than at 1 on
+// the CPUs here; this kernel streams each weight once for up to 8 rows (more rows re-read it
+// from cache), so a 7-row step costs little more than a 1-row one.
+//
+// Exactness: every output element is computed by one fixed sequence (an fp32 accumulator, one
+// VDPBF16PS per pair of k, k ascending), whatever the number of rows or threads, so a row's
+// result does not depend on the other rows of the step: the same bits at 1 row as at 100.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace pylookahead {
+
+// True when this CPU runs the kernel (AVX512F, AVX512BW, AVX512VL and AVX512-BF16).
+bool bf16_linear_supported();
+
+// W [N, K] -> packed weight for bf16_linear(): [ceil(N/16), K/2, 16, 2] bf16 (output rows padded
+// with zeros to a multiple of 16). Requires an even K.
+at::Tensor bf16_linear_pack(const at::Tensor& weight);
+
+// x [M, K] bf16 (rows contiguous), packed from bf16_linear_pack() of an [N, K] weight, bias [N]
+// (bf16, or undefined) -> [M, N] bf16: round-to-nearest-even of (x W^T + bias) computed in fp32.
+at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
+                       const at::Tensor& bias);
+
+}  // namespace pylookahead
