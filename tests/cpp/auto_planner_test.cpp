@@ -412,6 +412,45 @@ TEST(AutoPlanner, ReplayedVerificationOnlyNeedsOnlyASmallGainWithoutFixedShapes)
     }
 }
 
+// A config the acceptance model predicts (here windows, fed as good) must beat the best replayed
+// config by min_gain, not only greedy: the replay counted its tokens on this very text, the model
+// did not. With a bigger predicted lead the window wins.
+TEST(AutoPlanner, PredictedConfigsMustBeatTheBestReplayedOneByTheMargin) {
+    for (int window_matched : {1, 3}) {
+        AutoPlanner p;
+        p.costs().set_table(table_of(1.0, mild));
+        feed_history(&p.acceptance(), 400, 0, 5, 0);
+        for (int i = 0; i < 400; ++i) p.acceptance().observe_window(4, 2, 3, window_matched);
+        for (int i = 0; i < 100; ++i) p.replay().record(4, 2, i < 35 ? 3 : 1, 2, 1.0);
+        LookaheadConfig v;
+        v.window_size = 0;
+        v.ngram_size = 4;
+        v.verification_set_size = 2;
+        ASSERT_TRUE(p.replayed(v));
+        const double counted = p.evaluate(v).speedup;
+        // The best predicted config overall, and the rule applied to it.
+        PlanChoice top = p.evaluate(std::nullopt);
+        for (const LookaheadConfig& c : AutoPlanner::candidate_configs()) {
+            const PlanChoice e = p.evaluate(c);
+            if (!p.replayed(c) && e.speedup > top.speedup) top = e;
+        }
+        ASSERT_TRUE(top.config.has_value());
+        EXPECT_GT(top.config->window_size, 0);
+        EXPECT_GT(top.speedup, counted);
+        const PlanChoice best = p.plan(64, /*min_gain=*/0.05);
+        ASSERT_TRUE(best.config.has_value());
+        if (top.speedup >= 1.05 * counted) {
+            EXPECT_GT(best.config->window_size, 0) << "window lead " << top.speedup / counted;
+        } else {
+            EXPECT_EQ(best.config->window_size, 0) << "window lead " << top.speedup / counted;
+            EXPECT_TRUE(p.replayed(*best.config));
+        }
+        // Both branches are exercised: a small lead (window guesses match 1 of 3) and a big one.
+        EXPECT_EQ(top.speedup >= 1.05 * counted, window_matched == 3)
+            << top.speedup << " vs " << counted;
+    }
+}
+
 // The controller fed with simulated steps.
 struct Sim {
     AutoPlanner planner;

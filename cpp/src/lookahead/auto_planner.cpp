@@ -397,19 +397,27 @@ PlanChoice AutoPlanner::evaluate(const std::optional<LookaheadConfig>& config) c
 
 PlanChoice AutoPlanner::plan(int max_tokens, double min_gain) const {
     PlanChoice best = evaluate(std::nullopt);
-    PlanChoice greedy = best;
+    const PlanChoice greedy = best;
+    PlanChoice best_counted = greedy;  // the best replayed config (its tokens were counted)
     for (const LookaheadConfig& config : candidate_configs()) {
         if (config.tokens_per_step() > max_tokens) continue;
         PlanChoice c = evaluate(config);
         if (c.speedup > best.speedup) best = c;
+        if (replayed(config) && c.speedup > best_counted.speedup) best_counted = c;
     }
-    if (!best.config) return greedy;
-    // The margin guards against a wrong prediction. A replayed verification-only config's
+    // The margins guard against a wrong prediction. A replayed verification-only config's
     // tokens were counted on the text, and where the rows it runs are its only extra cost (no
     // fixed shapes) it costs a greedy step whenever it has no candidate: it needs only to cover
-    // the bookkeeping of a lookahead step, which the cost table does not see.
-    const bool counted = replayed(*best.config) && !fixed_shapes_;
-    return best.speedup >= 1.0 + (counted ? kCountedGain : min_gain) ? best : greedy;
+    // the bookkeeping of a lookahead step, which the cost table does not see. A config predicted
+    // by the acceptance model (a window, or too few replayed steps) must beat greedy and the best
+    // counted config by min_gain.
+    const double counted_gain = fixed_shapes_ ? min_gain : kCountedGain;
+    const bool counted_ok = best_counted.config && best_counted.speedup >= 1.0 + counted_gain;
+    if (best.config && !replayed(*best.config) &&
+        best.speedup >= (1.0 + min_gain) * std::max(1.0, best_counted.speedup)) {
+        return best;
+    }
+    return counted_ok ? best_counted : greedy;
 }
 
 // ---- HistoryShadow -----------------------------------------------------------------------------

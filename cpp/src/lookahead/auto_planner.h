@@ -222,9 +222,11 @@ class AutoPlanner {
     double model_bias() const;
     // Predicted figures of `config` (nullopt = greedy). Requires costs().has_table().
     PlanChoice evaluate(const std::optional<LookaheadConfig>& config) const;
-    // The candidate with T <= max_tokens and the best predicted tokens/s; greedy when that is
-    // not at least (1 + min_gain) x greedy's ((1 + kCountedGain) x for a replayed W = 0 config
-    // without fixed shapes). Requires costs().has_table().
+    // The candidate with T <= max_tokens and the best predicted tokens/s, if the acceptance
+    // model predicted it (a window, or a W = 0 config with too few replayed steps) and it beats
+    // both greedy and the best replayed config by (1 + min_gain) x; else the best replayed config
+    // if it beats greedy by (1 + kCountedGain) x ((1 + min_gain) x with fixed shapes); else
+    // greedy. Requires costs().has_table().
     PlanChoice plan(int max_tokens, double min_gain) const;
 
   private:
