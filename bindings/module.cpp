@@ -126,6 +126,7 @@ void bind_config(py::module_& m) {
         .def_readwrite("device", &EngineConfig::device)
         .def_readwrite("dtype", &EngineConfig::dtype)
         .def_readwrite("num_threads", &EngineConfig::num_threads)
+        .def_readwrite("linear_kernel", &EngineConfig::linear_kernel)
         .def("validate", &EngineConfig::validate);
 
     py::class_<SessionConfig>(m, "SessionConfig")

@@ -83,6 +83,7 @@ class Model:
         device: str = "cpu",
         dtype: str = "float32",
         num_threads: int = 0,
+        linear_kernel: str = "auto",
     ) -> None:
         path = Path(model).expanduser()
         if not path.exists() and "/" not in str(model):
@@ -95,6 +96,9 @@ class Model:
         engine.device = device
         engine.dtype = dtype
         engine.num_threads = _check_int("num_threads", num_threads, 0)
+        if not isinstance(linear_kernel, str):
+            raise ValueError(f"linear_kernel must be a str (got {linear_kernel!r})")
+        engine.linear_kernel = linear_kernel  # "auto", "bf16-avx512", "onednn" or "aten" (docs/design.md)
         self.path = Path(path)
         self._core = _core.Model(str(self.path), engine)
         self.tokenizer = None

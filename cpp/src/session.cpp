@@ -29,6 +29,16 @@ at::ScalarType parse_dtype(const std::string& s) {
     throw ConfigError("dtype must be one of float32, bfloat16, float16, float64 (got '" + s + "')");
 }
 
+// nullopt = "auto".
+std::optional<Transformer::LinearKernel> parse_linear_kernel(const std::string& s) {
+    if (s == "auto") return std::nullopt;
+    if (s == "bf16-avx512") return Transformer::LinearKernel::kBf16Dot;
+    if (s == "onednn") return Transformer::LinearKernel::kOneDnnPacked;
+    if (s == "aten") return Transformer::LinearKernel::kAten;
+    throw ConfigError("linear_kernel must be one of auto, bf16-avx512, onednn, aten (got '" + s +
+                      "')");
+}
+
 at::Device parse_device(const std::string& s) {
     at::Device dev(at::kCPU);
     try {
@@ -54,6 +64,7 @@ void EngineConfig::validate() const {
     if (num_threads < 0) {
         throw ConfigError("num_threads must be >= 0 (got " + std::to_string(num_threads) + ")");
     }
+    parse_linear_kernel(linear_kernel);
 }
 
 void SessionConfig::validate() const {
@@ -96,7 +107,8 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
     info.max_position_embeddings = config.max_position_embeddings;
     info.eos_token_ids = config.eos_token_ids;
     try {
-        impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device);
+        impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
+                                                          parse_linear_kernel(engine.linear_kernel));
         info.packed_weights = impl->transformer->packed_weights();
         switch (impl->transformer->linear_kernel()) {
             case Transformer::LinearKernel::kBf16Dot: info.linear_kernel = "bf16-avx512"; break;

@@ -508,6 +508,80 @@ TEST(AutoController, KeepsARunThatPaysThroughAQuietStretch) {
     for (const AutoDecision& x : sim.ctl->decisions()) EXPECT_FALSE(x.greedy()) << x.step;
 }
 
+// A config chosen on the acceptance model's word (here a window, before any replay) is left once
+// the replays count a verification-only config that it does not beat by min_gain, even when the
+// model's prediction for it stays within the 10% switch margin (the replays are recorded
+// directly here, as in PredictedConfigsMustBeatTheBestReplayedOneByTheMargin).
+TEST(AutoController, LeavesAPredictedConfigForABetterCountedOne) {
+    AutoPlanner planner;
+    planner.costs().set_table(table_of(1.0, mild));
+    AutoLookahead options;
+    options.replan_interval = 16;
+    options.probe_steps = 8;
+    AutoController ctl(planner, options, 64);
+    ctl.start({});
+    feed_history(&planner.acceptance(), 400, 0, 5, 0);
+    for (int i = 0; i < 400; ++i) planner.acceptance().observe_window(4, 2, 3, 1);
+    LookaheadConfig counted;
+    counted.window_size = 0;
+    counted.ngram_size = 4;
+    counted.verification_set_size = 2;
+    std::optional<LookaheadConfig> current;
+    double counted_at_switch = 0.0, window_at_switch = 0.0;
+    for (int64_t step = 0; step < 96; ++step) {
+        const double counted_now = planner.evaluate(counted).speedup;
+        const double current_now = current ? planner.evaluate(current).speedup : 0.0;
+        const std::optional<LookaheadConfig> c = ctl.next_step(step);
+        ASSERT_TRUE(c.has_value()) << step;
+        if (step == 0) ASSERT_GT(c->window_size, 0);
+        if (current && current->window_size > 0 && c->window_size == 0) {
+            counted_at_switch = counted_now;
+            window_at_switch = current_now;
+        }
+        current = c;
+        planner.replay().record(4, 2, (step * 7) % 20 < 7 ? 3 : 1, 2, 1.0);  // 35%, spread
+        StepReport r;
+        r.step = step;
+        r.tokens_per_step = c->tokens_per_step();
+        r.tokens = 2;  // the window pays as predicted, so its prediction stays up
+        r.seconds = planner.costs().seconds(r.tokens_per_step);
+        r.num_candidates = 2;
+        r.window_candidates = c->window_size > 0 ? 2 : 0;
+        r.window_matched = c->window_size > 0 ? 1 : 0;
+        ctl.after_step(r);
+    }
+    const std::vector<AutoDecision> d = ctl.decisions();
+    ASSERT_GE(d.size(), 2u);
+    EXPECT_GT(d[0].window_size, 0);
+    EXPECT_EQ(d.back().window_size, 0);
+    EXPECT_EQ(d.back().ngram_size, 4);
+    EXPECT_EQ(d.back().verification_set_size, 2);
+    EXPECT_EQ(d.back().reason, "plan");
+    // At the switch the counted config's lead was within the switch margin: without the rule
+    // the window would have stayed.
+    ASSERT_GT(window_at_switch, 0.0);
+    EXPECT_LT(counted_at_switch, window_at_switch * (1.0 + AutoController::kSwitchMargin))
+        << counted_at_switch << " vs " << window_at_switch;
+}
+
+// A replayed verification-only run (the periodic prompt's replays count it) that runs 9% slower
+// than greedy is not ended on its first 64 steps (only a miss of more than 15% would be), and is
+// after that. The 3 s-per-2-tokens run of the next test is ended at its first judgement.
+TEST(AutoController, ACountedRunFallsBackEarlyOnlyOnAGrossMiss) {
+    Sim sim(flat);
+    std::optional<LookaheadConfig> first = sim.run(1.1, 1);
+    ASSERT_TRUE(first.has_value());
+    EXPECT_TRUE(sim.planner.replayed(*first));
+    for (int i = 1; i < 200; ++i) sim.run(1.1, 1);
+    std::vector<AutoDecision> fallbacks;
+    for (const AutoDecision& x : sim.ctl->decisions()) {
+        if (x.reason == "fallback") fallbacks.push_back(x);
+    }
+    ASSERT_GE(fallbacks.size(), 1u);
+    EXPECT_GE(fallbacks[0].step, AutoController::kCountedJudgeSteps);
+    EXPECT_LE(fallbacks[0].step, AutoController::kCountedJudgeSteps + 16);
+}
+
 TEST(AutoController, FallsBackWhenSlowerThanGreedyAndProbesWithBackoff) {
     Sim sim(flat);
     // Lookahead steps really take 3 s for 2 tokens: slower than a 1 s greedy step.

@@ -1,5 +1,6 @@
-"""The kernel behind the linear layers (docs/design.md, "Exactness"): which one a model gets, and that the
-bf16 AVX512 kernel keeps lookahead exact with a one-row greedy step.
+"""The kernel behind the linear layers (docs/design.md, "Exactness"): which one a model gets, the
+`linear_kernel` option that forces one, and that each keeps bf16 lookahead exact (the AVX512 one with a one-row
+greedy step).
 
 The bf16-avx512 kernel computes every output element with one fixed sequence of instructions whatever the row
 count, so a greedy step runs 1 row (no padding) and must still give the bits that row gets inside a lookahead step.
@@ -49,9 +50,20 @@ def varied_prompt(seed: int) -> list[int]:
     return [1] + phrase * 2 + [rng.randrange(3, TINY_VOCAB_SIZE) for _ in range(5)] + phrase[:3]
 
 
+def bf16_kernels() -> list[str]:
+    kernels = ["aten"]
+    if torch.backends.mkldnn.is_available():
+        kernels.append("onednn")
+    if cpu_has_avx512_bf16():
+        kernels.append("bf16-avx512")
+    return kernels
+
+
+@pytest.mark.parametrize("kernel", bf16_kernels())
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
-def test_bf16_lookahead_equals_one_row_greedy(tiny_model_factory, arch: str) -> None:
-    model = Model(tiny_model_factory(arch, seed=11), dtype="bfloat16")
+def test_bf16_lookahead_equals_greedy_with_each_kernel(tiny_model_factory, arch: str, kernel: str) -> None:
+    model = Model(tiny_model_factory(arch, seed=11), dtype="bfloat16", linear_kernel=kernel)
+    assert model.info.linear_kernel == kernel
     session = Session(model)
     for seed in range(4):
         prompt = varied_prompt(seed)
@@ -61,3 +73,22 @@ def test_bf16_lookahead_equals_one_row_greedy(tiny_model_factory, arch: str) -> 
             out = session.generate(prompt, 48, cfg)
             assert out.token_ids == greedy.token_ids, (arch, seed, (w, n, g))
             assert out.stats.steps <= greedy.stats.steps
+
+
+@pytest.mark.parametrize(
+    "dtype, kernel, pattern",
+    [
+        ("bfloat16", "mkl", r"linear_kernel must be one of auto, bf16-avx512, onednn, aten \(got 'mkl'\)"),
+        ("float32", "bf16-avx512", r"linear_kernel 'bf16-avx512' needs dtype bfloat16 .*got dtype Float"),
+        ("float64", "onednn", r"linear_kernel 'onednn' needs dtype bfloat16 or float32 .*got dtype Double"),
+        ("bfloat16", 3, r"linear_kernel must be a str \(got 3\)"),
+    ],
+)
+def test_bad_linear_kernel(tiny_model_factory, dtype: str, kernel, pattern: str) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        Model(tiny_model_factory("llama", seed=3), dtype=dtype, linear_kernel=kernel)
+
+
+def test_aten_kernel_is_unpacked(tiny_model_factory) -> None:
+    info = Model(tiny_model_factory("llama", seed=3), dtype="float32", linear_kernel="aten").info
+    assert (info.linear_kernel, info.packed_weights) == ("aten", False)

@@ -594,8 +594,11 @@ std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
         if (steps_since_check_ < judge_after_) return current_;
         // Judge the last window: realized tokens/s against greedy's (measured, or the table's).
         const double greedy_rate = 1.0 / planner_.costs().seconds(1);
-        const bool slower = window_seconds_ > 0.0 && window_tokens_ / window_seconds_ <
-                                                         greedy_rate * (1.0 - kFallbackTolerance);
+        const bool early_counted = planner_.replayed(*current_) && !planner_.fixed_shapes() &&
+                                   steps_in_mode_ < kCountedJudgeSteps;
+        const double tolerance = early_counted ? kEarlyFallbackTolerance : kFallbackTolerance;
+        const bool slower = window_seconds_ > 0.0 &&
+                            window_tokens_ / window_seconds_ < greedy_rate * (1.0 - tolerance);
         if (slower) {
             backoff_ = static_cast<int64_t>(options_.probe_after) << std::min(failed_, 4);
             ++failed_;
@@ -606,11 +609,18 @@ std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
         failed_ = 0;
         probing_ = false;
         const PlanChoice best = planner_.plan(max_tokens_, options_.min_gain);
+        // The switch margin keeps a config against small predicted gains. A config that the
+        // acceptance model predicted (chosen before any replay, or a window) gets no such
+        // protection once the plan prefers a replayed one: plan() already found that it does not
+        // beat the counted config by min_gain.
+        const bool counted_over_predicted = best.config && planner_.replayed(*best.config) &&
+                                            !planner_.replayed(*current_);
         if (!best.config) {
             backoff_ = 0;
             switch_to(step, best, "plan");
         } else if (!same_shape(best.config, current_) &&
-                   best.speedup > planner_.evaluate(current_).speedup * (1.0 + kSwitchMargin)) {
+                   (counted_over_predicted ||
+                    best.speedup > planner_.evaluate(current_).speedup * (1.0 + kSwitchMargin))) {
             switch_to(step, best, "plan");
         } else {
             steps_since_check_ = 0;

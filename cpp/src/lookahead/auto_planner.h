@@ -190,6 +190,7 @@ class AutoPlanner {
     // prefers_fixed_shapes, e.g. CUDA) or only the rows of the candidates it has (CPU: a W = 0
     // step without candidates costs a greedy step). Default false.
     void set_fixed_shapes(bool fixed) { fixed_shapes_ = fixed; }
+    bool fixed_shapes() const { return fixed_shapes_; }
     // Expected seconds of one step of `config`: the cost at its full T with fixed shapes, else
     // the cost at the rows it runs (window + verified candidates) averaged over the history
     // candidate counts (for a replayed W = 0 config: over its replayed candidate counts).
@@ -345,6 +346,14 @@ class AutoController : public StepPolicy {
     // replan_interval: repeats come in bursts (code), and a quiet stretch between two bursts is
     // not a reason to leave a config that pays overall.
     static constexpr double kJudgeHalfLife = 64.0;
+    // A replayed verification-only run without fixed shapes (its tokens counted on this text, a
+    // step without candidates costing a greedy step) is held to kFallbackTolerance only after
+    // kCountedJudgeSteps steps; before, only a gross miss (slower by kEarlyFallbackTolerance)
+    // ends it. Over its first 24 steps the opening of an answer, often poor in repeats, and
+    // machine noise sent runs that paid 1.3-1.5x back to greedy for 64 steps (HumanEval, Qwen
+    // 0.5B bf16).
+    static constexpr int64_t kCountedJudgeSteps = 64;
+    static constexpr double kEarlyFallbackTolerance = 0.15;
 
   private:
     void switch_to(int64_t step, const PlanChoice& choice, const char* reason);

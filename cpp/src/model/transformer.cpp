@@ -100,7 +100,7 @@ at::Tensor rope_inv_freq(const ModelConfig& c) {
 }  // namespace
 
 Transformer::Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
-                         at::Device device)
+                         at::Device device, std::optional<LinearKernel> linear_kernel)
     : config_(std::move(config)), dtype_(dtype), device_(device) {
     const ModelConfig& c = config_;
     SafetensorsCheckpoint ckpt(model_dir);
@@ -143,7 +143,7 @@ Transformer::Transformer(const std::string& model_dir, ModelConfig config, at::S
     }
     r.check_all_used();
     inv_freq_ = rope_inv_freq(c).to(device);
-    pack_weights();
+    pack_weights(linear_kernel);
 }
 
 namespace {
@@ -168,14 +168,15 @@ const std::optional<c10::OperatorHandle>& linear_op() {
 
 }  // namespace
 
-void Transformer::pack_weights() {
-    if (!device_.is_cpu() || (dtype_ != at::kBFloat16 && dtype_ != at::kFloat)) return;
+void Transformer::pack_weights(std::optional<LinearKernel> want) {
+    if (want == LinearKernel::kAten) return;
     // Exactness needs each row of a step to get the same bits whatever the step's row count.
     // Probe that on this CPU with the first layer's qkv (and bias) before choosing a kernel.
     const int64_t hid = config_.hidden_size;
-    const at::Tensor probe = at::linspace(-3.0, 3.0, 17 * hid).sin().reshape({17, hid}).to(dtype_);
     const LayerWeights& first = layers_.front();
     auto invariant_from = [&](const at::Tensor& w, int min_rows) {
+        const at::Tensor probe =
+            at::linspace(-3.0, 3.0, 17 * hid).sin().reshape({17, hid}).to(dtype_);
         const int64_t n = first.qkv.size(0);
         const at::Tensor all = linear(probe, w, first.qkv_bias, n);
         bool same = true;
@@ -186,9 +187,17 @@ void Transformer::pack_weights() {
         }
         return same;
     };
-    if (dtype_ == at::kBFloat16 && bf16_linear_supported() && hid % 2 == 0 &&
-        config_.intermediate_size % 2 == 0 &&
-        (config_.num_attention_heads * config_.head_dim) % 2 == 0) {
+    const bool cpu_bf16 = device_.is_cpu() && dtype_ == at::kBFloat16;
+    const bool bf16_ok = cpu_bf16 && bf16_linear_supported() && hid % 2 == 0 &&
+                         config_.intermediate_size % 2 == 0 &&
+                         (config_.num_attention_heads * config_.head_dim) % 2 == 0;
+    if (want == LinearKernel::kBf16Dot && !bf16_ok) {
+        throw ConfigError(
+            "linear_kernel 'bf16-avx512' needs dtype bfloat16 on a CPU with AVX512F, AVX512BW, "
+            "AVX512VL and AVX512-BF16 (got dtype " + std::string(c10::toString(dtype_)) +
+            " on " + device_.str() + (bf16_linear_supported() ? "" : ", a CPU without them") + ")");
+    }
+    if (bf16_ok && want != LinearKernel::kOneDnnPacked) {
         const at::Tensor packed_qkv = bf16_linear_pack(first.qkv);
         kernel_ = LinearKernel::kBf16Dot;
         if (invariant_from(packed_qkv, 1)) {
@@ -202,8 +211,21 @@ void Transformer::pack_weights() {
             return;
         }
         kernel_ = LinearKernel::kAten;
+        if (want == LinearKernel::kBf16Dot) {
+            throw ConfigError("linear_kernel 'bf16-avx512' gives a row different bits at different "
+                              "row counts on this CPU (load-time probe); use 'auto'");
+        }
     }
-    if (!at::hasMKLDNN() || !reorder_op() || !linear_op()) return;
+    const bool onednn_ok = device_.is_cpu() && (dtype_ == at::kBFloat16 || dtype_ == at::kFloat) &&
+                           at::hasMKLDNN() && reorder_op() && linear_op();
+    if (!onednn_ok) {
+        if (want == LinearKernel::kOneDnnPacked) {
+            throw ConfigError("linear_kernel 'onednn' needs dtype bfloat16 or float32 on the CPU "
+                              "and a libtorch with oneDNN (got dtype " +
+                              std::string(c10::toString(dtype_)) + " on " + device_.str() + ")");
+        }
+        return;
+    }
     auto pack = [](const at::Tensor& w) {
         torch::jit::Stack stack{w, c10::IValue(static_cast<int64_t>(2))};
         reorder_op()->callBoxed(&stack);
@@ -213,6 +235,10 @@ void Transformer::pack_weights() {
     kernel_ = LinearKernel::kOneDnnPacked;
     if (!invariant_from(packed_qkv, 2)) {
         kernel_ = LinearKernel::kAten;
+        if (want == LinearKernel::kOneDnnPacked) {
+            throw ConfigError("linear_kernel 'onednn' gives a row different bits at different "
+                              "row counts on this CPU (load-time probe); use 'auto'");
+        }
         return;
     }
     for (LayerWeights& lw : layers_) {

@@ -31,8 +31,12 @@ class Transformer {
     // Loads and validates every tensor of `model_dir` against `config`, casting to `dtype` on
     // `device`. Throws ModelLoadError naming the file and tensor on a missing, unexpected or
     // mis-shaped tensor.
+    enum class LinearKernel { kAten, kOneDnnPacked, kBf16Dot };
+
+    // `linear_kernel`: the kernel to use (ConfigError if it cannot run here or fails the probe);
+    // nullopt = the fastest that passes.
     Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
-                at::Device device);
+                at::Device device, std::optional<LinearKernel> linear_kernel = std::nullopt);
 
     const ModelConfig& config() const { return config_; }
     at::ScalarType dtype() const { return dtype_; }
@@ -54,7 +58,6 @@ class Transformer {
                        const uint8_t* host_mask = nullptr) const;
 
     // How the linear layers run (see linear()).
-    enum class LinearKernel { kAten, kOneDnnPacked, kBf16Dot };
     LinearKernel linear_kernel() const { return kernel_; }
     // True when the CPU linear weights are held pre-packed (oneDNN's or bf16_linear's layout).
     bool packed_weights() const { return kernel_ != LinearKernel::kAten; }
@@ -71,8 +74,8 @@ class Transformer {
     // rows) and runs fp32 on MKL (other bits). `n` = output features (W's rows).
     at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {},
                       int64_t n = 0) const;
-    // Reorders every linear weight for linear() when this build and device allow it.
-    void pack_weights();
+    // Packs every linear weight for the chosen kernel of linear().
+    void pack_weights(std::optional<LinearKernel> want);
     at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
     // q [R, H, D], keys/values [Hkv, S, D], mask [R, S] bool or nullopt -> [R, H, D]
     at::Tensor sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
