@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark runs behind docs/benchmarks.md (run on an idle machine; ~45 min on 2 cores).
+# The benchmark runs behind docs/benchmarks.md (run on an idle machine; ~30 min on 2 cores).
 # Prompts are a spread subset of each dataset (--limit): the full sets take hours here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,3 +29,6 @@ M=qwen2.5-coder-0.5b-instruct
 for D in humaneval mtbench; do
   python benchmarks/history_bound.py benchmarks/results/$M-bfloat16-$D.json --out benchmarks/results/bounds/$M-bfloat16-$D.json
 done
+# The linear-layer kernels side by side (step costs, greedy and (0,4,2) tok/s), Qwen 0.5B bf16.
+python benchmarks/linear_kernels.py --model $M --rounds 3 --prompts 3 \
+   --out benchmarks/results/kernels/$M-bfloat16.json
