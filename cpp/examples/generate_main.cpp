@@ -59,6 +59,8 @@ void print_usage(std::ostream& os) {
        << "  --device NAME                    cpu, cuda or cuda:K (default " << engine.device
        << ")\n"
        << "  --threads INT                    CPU threads, 0 keeps libtorch's default\n"
+       << "  --linear-kernel NAME             auto, bf16-avx512, onednn or aten (default "
+       << engine.linear_kernel << ")\n"
        << "  --temperature FLOAT              0 = greedy (default); > 0 samples\n"
        << "  --top-k INT, --top-p FLOAT       sampling filters (default off)\n"
        << "  --seed INT                       sampling seed (default 0)\n"
@@ -160,6 +162,8 @@ Options parse_args(int argc, char** argv) {
             o.stop_after = static_cast<int>(parse_int(value(), arg, 1, kIntMax));
         } else if (arg == "--threads") {
             o.engine.num_threads = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (arg == "--linear-kernel") {
+            o.engine.linear_kernel = value();
         } else if (!arg.empty() && arg[0] == '-') {
             throw std::invalid_argument("unknown option " + arg);
         } else if (o.model_dir.empty()) {
@@ -225,6 +229,7 @@ int run(const Options& o) {
     const bool identical = greedy.tokens == lookahead.tokens;
 
     std::printf("model: %s\n", model->info().architecture.c_str());
+    std::printf("linear_kernel: %s\n", model->info().linear_kernel.c_str());
     std::printf("prompt_ids: %s\n", join(o.prompt).c_str());
     std::printf("lookahead_config: W=%d N=%d G=%d\n", o.lookahead.window_size,
                 o.lookahead.ngram_size, o.lookahead.verification_set_size);

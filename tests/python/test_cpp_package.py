@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import pylookahead
+import torch
 
 pytestmark = pytest.mark.cpp_package
 
@@ -189,6 +190,27 @@ def test_example_against_cmake_install(installed_prefix: Path, tiny_llama: Path,
     bad = subprocess.run([str(exe), str(tmp_path / "missing"), "--ids", "1,2"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert "config.json" in bad.stderr
+    _check_linear_kernels(exe, tiny_llama)
+
+
+def _check_linear_kernels(exe: Path, model_dir: Path) -> None:
+    """EngineConfig::linear_kernel through the C++ API: each kernel that runs here gives lookahead == greedy in
+    bf16 and the ids Python gets with the same kernel; a kernel that cannot run is a ConfigError (exit 2)."""
+    kernels = ["aten"] + (["onednn"] if torch.backends.mkldnn.is_available() else [])
+    auto = pylookahead.Model(model_dir, dtype="bfloat16").info.linear_kernel
+    if auto not in kernels:
+        kernels.append(auto)
+    flags = ["-W", "2", "-N", "4", "-G", "3", "--max-new-tokens", "24", "--dtype", "bfloat16", "--threads", "1"]
+    for kernel in kernels:
+        out = _run_example(exe, [str(model_dir), "--ids", ",".join(map(str, PROMPT)), *flags, "--linear-kernel", kernel])
+        assert out["linear_kernel"] == kernel
+        assert out["identical"] == "yes"
+        session = pylookahead.Session(pylookahead.Model(model_dir, dtype="bfloat16", linear_kernel=kernel))
+        assert _ids(out["greedy_ids"]) == session.generate(PROMPT, 24).token_ids
+    bad = subprocess.run([str(exe), str(model_dir), "--ids", "1,2", "--dtype", "float64", "--linear-kernel", "onednn"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert bad.returncode == 2
+    assert "linear_kernel 'onednn' needs dtype bfloat16 or float32" in bad.stderr
 
 
 def test_example_against_wheel_cmake_dir(tiny_llama: Path, tmp_path: Path) -> None:
