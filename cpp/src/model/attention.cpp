@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 
 #include "check.h"
 
@@ -217,17 +218,22 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(row_work, 1));
 
     // Phase 1: every KV head's keys, transposed, and values as fp32, once for all rows.
-    // kt [Hkv, D, sp], vf [Hkv, S, dp]; the padding is zero.
-    std::vector<float> kt(hkv * d * sp, 0.f), vf(hkv * slots_total * dp, 0.f);
+    // kt [Hkv, D, sp], vf [Hkv, S, dp]; only the padding is zeroed (this runs per layer and step).
+    const std::unique_ptr<float[]> kt(new float[hkv * d * sp]);
+    const std::unique_ptr<float[]> vf(new float[hkv * slots_total * dp]);
     at::parallel_for(0, hkv, n_rows >= 4 ? 1 : hkv, [&](int64_t begin, int64_t end) {
         for (int64_t kvh = begin; kvh < end; ++kvh) {
-            float* ktk = kt.data() + kvh * d * sp;
-            float* vfk = vf.data() + kvh * slots_total * dp;
+            float* ktk = kt.get() + kvh * d * sp;
+            float* vfk = vf.get() + kvh * slots_total * dp;
             for (int64_t s = 0; s < slots_total; ++s) {
                 const T* ks = kp + kvh * ks0 + s * ks1;
                 const T* vs = vp + kvh * vs0 + s * vs1;
                 for (int64_t i = 0; i < d; ++i) ktk[i * sp + s] = to_f32(ks[i]);
                 for (int64_t i = 0; i < d; ++i) vfk[s * dp + i] = to_f32(vs[i]);
+                std::fill(vfk + s * dp + d, vfk + (s + 1) * dp, 0.f);
+            }
+            for (int64_t i = 0; i < d; ++i) {
+                std::fill(ktk + i * sp + slots_total, ktk + (i + 1) * sp, 0.f);
             }
         }
     });
@@ -254,13 +260,14 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
                     const T* src = qp + r * qs0 + (kvh * group + g0 + g) * qs1;
                     for (int64_t i = 0; i < d; ++i) qf[g * dp + i] = to_f32(src[i]);
                 }
-                attend(ng, qf.data(), kt.data() + kvh * d * sp,
-                       vf.data() + kvh * slots_total * dp, d, dp, sp, slots.data(), n, fscale,
+                attend(ng, qf.data(), kt.get() + kvh * d * sp,
+                       vf.get() + kvh * slots_total * dp, d, dp, sp, slots.data(), n, fscale,
                        sc.data(), op + r * os0 + (kvh * group + g0) * os1, os1);
             }
         }
     });
 }
+
 // float64 models (exactness tests): a plain loop, no speed concern.
 void run_fp64(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
               int64_t kv_len, const uint8_t* mask, const std::vector<int32_t>& rows, double scale,

@@ -133,8 +133,12 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
     const int64_t rows = x.size(0), kp_count = packed.size(1), blocks = packed.size(0);
     at::Tensor y = at::empty({rows, n}, x.options());
     if (rows == 0) return y;
+    // The engine hands over fp32 biases (converted once at load); others are converted here.
     at::Tensor bias_f;
-    if (bias.defined()) bias_f = bias.to(at::kFloat).contiguous();
+    if (bias.defined()) {
+        bias_f = bias.scalar_type() == at::kFloat ? bias.contiguous()
+                                                   : bias.to(at::kFloat).contiguous();
+    }
 #if PYLA_HAVE_BF16_KERNEL
     const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
     const auto* wp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());

@@ -206,6 +206,9 @@ void Transformer::pack_weights(std::optional<LinearKernel> want) {
                 lw.o = bf16_linear_pack(lw.o);
                 lw.gate_up = bf16_linear_pack(lw.gate_up);
                 lw.down = bf16_linear_pack(lw.down);
+                // The kernel adds biases in fp32: convert them once here, not on every call.
+                if (lw.qkv_bias.defined()) lw.qkv_bias = lw.qkv_bias.to(at::kFloat);
+                if (lw.o_bias.defined()) lw.o_bias = lw.o_bias.to(at::kFloat);
             }
             lm_head_ = bf16_linear_pack(lm_head_);  // a packed copy when tied
             return;
@@ -373,7 +376,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         at::Tensor gu = linear(hn, lw.gate_up, {}, 2 * c.intermediate_size);  // [T, 2I]
         const int64_t inter = c.intermediate_size;
         at::Tensor act = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
-        x = x + linear(act.contiguous(), lw.down, {}, c.hidden_size);
+        x = x + linear(act, lw.down, {}, c.hidden_size);
     }
     at::Tensor sel = out_rows.size(0) == t ? x : x.index_select(0, out_rows);
     return linear(rms_norm(sel, final_norm_), lm_head_, {}, c.vocab_size);  // [R, V]

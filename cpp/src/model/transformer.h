@@ -18,9 +18,9 @@ namespace pylookahead {
 struct LayerWeights {
     at::Tensor input_norm;     // [hidden]
     at::Tensor qkv;            // [(H + 2 Hkv) D, hidden]  q, k, v projections fused
-    at::Tensor qkv_bias;       // [(H + 2 Hkv) D] or undefined
+    at::Tensor qkv_bias;       // [(H + 2 Hkv) D] or undefined (fp32 with the bf16-avx512 kernel)
     at::Tensor o;              // [hidden, H D]
-    at::Tensor o_bias;         // [hidden] or undefined
+    at::Tensor o_bias;         // [hidden] or undefined (likewise)
     at::Tensor post_norm;      // [hidden]
     at::Tensor gate_up;        // [2 I, hidden]  gate and up projections fused
     at::Tensor down;           // [hidden, I]
