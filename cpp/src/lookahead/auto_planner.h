@@ -212,8 +212,16 @@ class AutoPlanner {
     void observe_lookahead_step(const LookaheadConfig& config, int tokens, double predicted,
                                 bool from_replay = false);
     // Tokens per step of `config` before any correction: the replayed value of a replayed W = 0
-    // config, else the acceptance model's.
+    // config; for a window whose verification_only_anchor is replayed, that replay's value plus
+    // what the window candidates add by the acceptance model in the slots that the replay's
+    // history candidates leave free (per candidate count it saw; capped at N); else the
+    // acceptance model's.
     double model_tokens(const LookaheadConfig& config) const;
+    // The verification-only config (0, N, min(G, kMaxReplayG)) whose replay stands for the
+    // history candidates of `config`.
+    static LookaheadConfig verification_only_anchor(const LookaheadConfig& config);
+    // Largest G among the replayed (W = 0) candidate configs.
+    static constexpr int kMaxReplayG = 8;
     // Expected tokens per step of `config`. A replayed W = 0 config: its replay's mean, as is (the
     // replay is what a run of it did on the same text). Otherwise 1 + rho * (model - 1) (at most
     // N), where rho = realized / predicted gain over the lookahead steps so far that the model
