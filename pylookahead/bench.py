@@ -72,6 +72,8 @@ SCHEMA_VERSION = 1
 ALL_METHODS = ("greedy", "lookahead", "hf-greedy", "hf-prompt-lookup")
 BUILTIN_DATASETS = ("mtbench", "mtbench-turn2", "humaneval", "humaneval-chat")
 _DTYPES = ("float32", "bfloat16", "float16", "float64")
+# --pool: which pools every engine lookahead config runs with (False: fresh per prompt, True: kept).
+_POOL_MODES = {"fresh": (False,), "kept": (True,), "both": (False, True)}
 
 
 def _log(message: str) -> None:
@@ -128,6 +130,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config", action="append", default=None, metavar="W,N,G|auto",
         help="lookahead config (repeatable); default: LookaheadConfig()'s defaults",
+    )  # fmt: skip
+    p.add_argument(
+        "--pool", default="fresh", choices=list(_POOL_MODES),
+        help="engine lookahead's n-gram pool: fresh per prompt (default), kept across the run's prompts in "
+        "dataset order, as a service's Session would keep it (keep_pool=True; method names get '+pool'), or both "
+        "side by side",
     )  # fmt: skip
     p.add_argument(
         "--methods", default=",".join(ALL_METHODS),
@@ -425,15 +433,20 @@ def _engine_stats(stats: Any) -> dict[str, Any]:
 class EngineMethod(Method):
     kind = "engine"
 
-    def __init__(self, name: str, session: Any, lookahead: Any, info: dict[str, Any]) -> None:
+    def __init__(
+        self, name: str, session: Any, lookahead: Any, info: dict[str, Any], keep_pool: bool = False
+    ) -> None:
         self.name = name
         self.session = session
         self.lookahead = lookahead
         self.info = info
+        self.keep_pool = keep_pool
 
     def run(self, ids: list[int], max_new_tokens: int) -> RunRecord:
         start = time.perf_counter()
-        out = self.session.generate(ids, max_new_tokens=max_new_tokens, lookahead=self.lookahead)
+        out = self.session.generate(
+            ids, max_new_tokens=max_new_tokens, lookahead=self.lookahead, keep_pool=self.keep_pool
+        )
         seconds = time.perf_counter() - start
         s = out.stats
         return RunRecord(
@@ -714,8 +727,8 @@ def run_benchmark(
     runners.append(EngineMethod("greedy", ref_session, None, {"kind": "engine", "lookahead": None,
                                                              "tokens_per_step": 1}))  # fmt: skip
     if "lookahead" in methods:
-        for spec in specs:
-            name = _lookahead_name(spec)
+        for spec, keep_pool in [(spec, keep) for spec in specs for keep in _POOL_MODES[args.pool]]:
+            name = _lookahead_name(spec) + ("+pool" if keep_pool else "")
             session = new_session()
             if spec == "auto":
                 reason = _auto_support_error(session, warmup_ids)
@@ -723,14 +736,14 @@ def run_benchmark(
                     _log(f"warning: skipping {name}: {reason}")
                     skipped[name] = reason
                     continue
-                runners.append(EngineMethod(name, session, "auto", {"kind": "engine", "lookahead": "auto",
-                                                                    "tokens_per_step": None}))  # fmt: skip
+                info = {"kind": "engine", "lookahead": "auto", "tokens_per_step": None, "keep_pool": keep_pool}
+                runners.append(EngineMethod(name, session, "auto", info, keep_pool))
                 continue
             w, n, g = spec
             cfg = LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g)
             info = {"kind": "engine", "lookahead": {"window_size": w, "ngram_size": n, "verification_set_size": g},
-                    "tokens_per_step": cfg.tokens_per_step}  # fmt: skip
-            runners.append(EngineMethod(name, session, cfg, info))
+                    "tokens_per_step": cfg.tokens_per_step, "keep_pool": keep_pool}  # fmt: skip
+            runners.append(EngineMethod(name, session, cfg, info, keep_pool))
     hf_load_s = None
     if "hf-greedy" in methods or "hf-prompt-lookup" in methods:
         t0 = time.perf_counter()
@@ -754,6 +767,8 @@ def run_benchmark(
     warm_tokens = max(1, min(args.warmup_tokens, args.max_new_tokens))
     for m in runners:
         m.run(warmup_ids, warm_tokens)
+        if isinstance(m, EngineMethod) and m.keep_pool:
+            m.session.reset()  # a kept pool starts with the first timed prompt, not the warm-up
 
     machine = machine_info()
     load = machine.get("load_average_start")
@@ -841,6 +856,7 @@ def run_benchmark(
             "limit": args.limit,
             "select": args.select,
             "configs": ["auto" if s == "auto" else list(s) for s in specs],
+            "pool": args.pool,
             "methods": [m.name for m in runners],
             "eos_token_ids": list(model.info.eos_token_ids),
             "model_load_s": load_s,

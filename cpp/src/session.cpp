@@ -127,6 +127,8 @@ struct Session::Impl {
     std::shared_ptr<const Model> model;
     TorchStepModel step_model;
     AutoPlanner planner;  // step costs and acceptance statistics of automatic lookahead
+    // Automatic lookahead's free prompt-lookup run; its pools follow `pool` under keep_pool.
+    HistoryShadow shadow;
     // Token ids whose K/V rows the cache holds (rows 0..size-1), for reuse_cache; emptied when
     // unknown (after an error, calibrate(), prompt_logits()).
     std::vector<TokenId> context;
@@ -250,7 +252,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     const int64_t room = static_cast<int64_t>(kv_capacity()) - static_cast<int64_t>(prompt.size()) -
                          gen.max_new_tokens;
     max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
-    AutoController controller(impl_->planner, lookahead, max_tokens);
+    AutoController controller(impl_->planner, lookahead, max_tokens, &impl_->shadow, gen.keep_pool);
     req.policy = &controller;
     return impl_->run(req, gen, on_tokens);
 }
@@ -293,6 +295,7 @@ void Session::reset() {
     impl_->context.clear();
     impl_->step_model.reset();
     impl_->pool = std::make_shared<SharedPool>();  // a fresh private pool (leaves a shared one)
+    impl_->shadow.clear_pools();
 }
 
 int Session::cached_tokens() const { return static_cast<int>(impl_->context.size()); }

@@ -346,6 +346,56 @@ TEST(HistoryShadow, ReplayStepsLikeARealVerificationOnlyRun) {
 
 // Verification-only configs are judged by their replay on the session's text, not by the model:
 // the replay's tokens per step and, on a CPU, the rows its steps actually ran.
+// Under keep_pool the replay pools keep earlier generations' n-grams as the real pool does: the
+// second of two calls sharing one pool replays the steps a real run takes on it. Its text repeats
+// the first call's, so the kept n-grams matter: a shadow that starts empty replays more steps.
+TEST(HistoryShadow, KeptPoolsReplayLikeARealRunThatKeepsItsPool) {
+    const std::vector<TokenId> first_text = mixed_text(400, 11);
+    const std::vector<TokenId> second_text(first_text.begin() + 60, first_text.end());
+    const int prompt_len = 120, max_new = 200;
+    for (const auto& [n, g] : std::vector<std::pair<int, int>>{{2, 1}, {3, 2}, {4, 2}, {5, 4}, {6, 8}}) {
+        LookaheadConfig config;
+        config.window_size = 0;
+        config.ngram_size = n;
+        config.verification_set_size = g;
+        auto pool = std::make_shared<SharedPool>();
+        AcceptanceModel model;
+        HistoryShadow shadow;
+        std::vector<int64_t> real_steps;
+        std::vector<double> replayed_steps;
+        for (const std::vector<TokenId>* text : {&first_text, &second_text}) {
+            OracleLm lm(*text, 64, 1024);
+            DecodeRequest request;
+            request.prompt.assign(text->begin(), text->begin() + prompt_len);
+            request.max_new_tokens = max_new;
+            request.lookahead = config;
+            request.pool = pool;
+            request.keep_pool = true;
+            const GenerationResult real = run_decode(lm, request, nullptr);
+            ASSERT_EQ(real.tokens, std::vector<TokenId>(text->begin() + prompt_len,
+                                                        text->begin() + prompt_len + max_new));
+            real_steps.push_back(real.stats.steps);
+            ReplayStats replay;
+            shadow.start(request.prompt, &model, &replay, /*prompt_weight=*/0.0, /*keep_pools=*/true);
+            // The first call's shadow sees only what was emitted (its pools carry over); the
+            // second one's runs N - 1 tokens on so that its last step is recorded.
+            const int end = prompt_len + max_new - (text == &first_text ? 0 : 2 - n);
+            for (int i = prompt_len; i < end; ++i) shadow.push((*text)[i], &model, &replay);
+            replayed_steps.push_back(replay.steps(n, g));
+        }
+        EXPECT_EQ(replayed_steps[1], static_cast<double>(real_steps[1])) << n << "," << g;
+        // Without the kept pools the replay of the second call takes more steps.
+        HistoryShadow cold;
+        ReplayStats cold_replay;
+        cold.start(std::vector<TokenId>(second_text.begin(), second_text.begin() + prompt_len),
+                   &model, &cold_replay, 0.0, /*keep_pools=*/false);
+        for (int i = prompt_len; i < prompt_len + max_new - 2 + n; ++i) {
+            cold.push(second_text[i], &model, &cold_replay);
+        }
+        EXPECT_GT(cold_replay.steps(n, g), replayed_steps[1]) << n << "," << g;
+    }
+}
+
 TEST(AutoPlanner, ReplayedVerificationOnlyConfigsUseTheirReplay) {
     AutoPlanner p;
     p.costs().set_table(table_of(1.0, mild));

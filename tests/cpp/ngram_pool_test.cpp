@@ -111,6 +111,31 @@ TEST(NgramPool, ReshapedKeepsPrefixesAndTheMostRecent) {
     EXPECT_EQ(pool.reshaped(4, 3).size(), 0);
 }
 
+TEST(SharedPool, TextsAreCappedAndRebuildAPoolOfAnyLength) {
+    SharedPool shared;
+    shared.add_text({1, 2, 3, 4, 5});
+    shared.add_text({7, 1, 2, 9});
+    const NgramPool pool = shared.pool_from_texts(2, 16);
+    EXPECT_EQ(entries(pool, 1), (Rows{{2, 3}, {2, 9}}));  // oldest text first
+    EXPECT_EQ(entries(pool, 3), (Rows{{4, 5}}));
+    EXPECT_TRUE(entries(pool, 4).empty());                 // no 2 tokens after it
+    EXPECT_EQ(pool.size(), 3 + 2);
+    std::vector<int> order;
+    const TokenId recent[NgramPool::kContextLen] = {NgramPool::kUnknown, NgramPool::kUnknown, 7};
+    const NgramPool::Candidates c = pool.select(1, recent, 1, &order);
+    ASSERT_EQ(order.size(), 1u);
+    EXPECT_EQ(c.tokens[order[0] * 2 + 1], 9);  // its context (the 7 before the key) was kept
+    // Beyond kMaxTextTokens the oldest texts go (the newest always stays).
+    shared.add_text(std::vector<TokenId>(SharedPool::kMaxTextTokens - 5, 3));
+    EXPECT_EQ(shared.texts.size(), 2u);
+    EXPECT_EQ(shared.text_tokens, 4 + SharedPool::kMaxTextTokens - 5);
+    shared.add_text(std::vector<TokenId>(SharedPool::kMaxTextTokens + 1, 3));
+    EXPECT_EQ(shared.texts.size(), 1u);
+    shared.clear_texts();
+    EXPECT_TRUE(shared.texts.empty());
+    EXPECT_EQ(shared.text_tokens, 0);
+}
+
 TEST(NgramPool, SelectRanksByMatchedContextThenRecency) {
     NgramPool pool(1, 8);
     const TokenId a[] = {10}, b[] = {11}, c[] = {12}, d[] = {13}, e[] = {14};

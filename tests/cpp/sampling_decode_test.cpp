@@ -241,6 +241,16 @@ TEST(SampledDecode, KeptPoolCarriesOverAndIsReshapedForAnotherN) {
     const GenerationResult shorter = go(true, lookahead(4, 3, 4));  // reshaped to N = 3
     EXPECT_EQ(shorter.tokens, first.tokens);
     EXPECT_EQ(pool->pool.ngram_len(), 2);
+    // A larger N than the pool's: rebuilt from the texts of the runs so far (cutting the 2-token
+    // entries could not give 4), so the kept text still verifies at once.
+    EXPECT_EQ(pool->texts.size(), 3u);
+    const GenerationResult longer = go(true, lookahead(4, 5, 4));
+    EXPECT_EQ(longer.tokens, first.tokens);
+    EXPECT_EQ(pool->pool.ngram_len(), 4);
+    const GenerationResult cold = go(false, lookahead(4, 5, 4));
+    EXPECT_EQ(cold.tokens, first.tokens);
+    EXPECT_LT(longer.stats.steps, cold.stats.steps);
+    EXPECT_EQ(pool->texts.size(), 1u);  // not kept: the texts went with the pool
     go(false, lookahead(1, 2, 1));  // not kept: starts empty
     EXPECT_LE(pool->pool.size(), 81 + 4);
 }

@@ -106,6 +106,22 @@ def test_switching_mid_generation_keeps_greedy_output(session: Session) -> None:
         assert 0 < out.stats.lookahead_steps < out.stats.steps
 
 
+def test_auto_keeps_the_pool_across_calls_when_asked(session: Session) -> None:
+    # keep_pool=True: the pool (and the planner's replay pools) carry the n-grams of earlier calls; the
+    # output stays greedy's, across reset() too.
+    session.calibrate(costs=list(CHEAP.items()))
+    refs = {tuple(p): session.generate(p, max_new_tokens=60).token_ids for p in (MIXED, REPETITIVE)}
+    for prompt in (MIXED, REPETITIVE, MIXED):
+        out = session.generate(prompt, max_new_tokens=60, lookahead="auto", keep_pool=True)
+        assert out.token_ids == refs[tuple(prompt)]
+        assert out.stats.lookahead_steps > 0
+        assert session.pool_size > 0
+    session.reset()
+    assert session.pool_size == 0
+    out = session.generate(REPETITIVE, max_new_tokens=60, lookahead="auto", keep_pool=True)
+    assert out.token_ids == refs[tuple(REPETITIVE)]
+
+
 def test_max_tokens_per_step_and_kv_room_cap_the_config(tiny_llama: Path) -> None:
     session = Session(tiny_llama, kv_capacity=REPETITIVE.__len__() + 40 + 12)
     session.calibrate(costs=CHEAP)

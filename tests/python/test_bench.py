@@ -265,6 +265,30 @@ def test_table_and_plots(bench_result: tuple[dict[str, Any], int], tmp_path: Pat
     assert all((out_dir / name).stat().st_size > 1000 for name in pngs)
 
 
+def test_bench_kept_pool_runs_beside_the_fresh_one(tiny_llama: Path, prompt_file: Path, single_thread: Any) -> None:
+    """--pool both: every lookahead config twice, with a fresh pool per prompt and with one kept across prompts."""
+    argv = [
+        "--model", str(tiny_llama), "--dtype", "float32", "--threads", "1", "--dataset", str(prompt_file),
+        "--select", "first", "--max-new-tokens", "8", "--methods", "greedy,lookahead", "--config", "0,3,2",
+        "--config", "auto", "--pool", "both", "--no-progress",
+    ]  # fmt: skip
+    result, status = bench.run_benchmark(bench.build_parser().parse_args(argv), command="test")
+    assert status == 0 and result["settings"]["pool"] == "both"
+    names = ["greedy", "lookahead[0,3,2]", "lookahead[0,3,2]+pool", "lookahead[auto]", "lookahead[auto]+pool"]
+    assert [n for n in result["methods"] if n in names] == [n for n in names if n not in result["skipped_methods"]]
+    for name, m in result["methods"].items():
+        assert m["equal_to_greedy"] == 3, name
+        if name != "greedy":
+            assert m["keep_pool"] is name.endswith("+pool"), name
+    # The kept pool holds the earlier prompts' n-grams too (the warm-up's are not in it).
+    sizes = [[p["results"][n]["engine"]["pool_size"] for p in result["prompts"]]
+             for n in ("lookahead[0,3,2]", "lookahead[0,3,2]+pool")]  # fmt: skip
+    assert sizes[1][0] == sizes[0][0]
+    assert sizes[1][2] > max(sizes[0])
+    with pytest.raises(SystemExit):
+        bench.build_parser().parse_args(["--pool", "shared"])
+
+
 def test_cli_smoke(tiny_llama: Path, prompt_file: Path, tmp_path: Path) -> None:
     """What CI runs: the command itself, 2 prompts x 16 tokens, greedy + lookahead."""
     out = tmp_path / "tmp.json"

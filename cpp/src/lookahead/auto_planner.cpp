@@ -469,8 +469,8 @@ HistoryShadow::HistoryShadow(int gamma) : gamma_(gamma) {
 }
 
 void HistoryShadow::start(const std::vector<TokenId>& prompt, AcceptanceModel* model,
-                          ReplayStats* replay, double prompt_weight) {
-    for (NgramPool& p : replay_pools_) p.clear();
+                          ReplayStats* replay, double prompt_weight, bool keep_pools) {
+    if (!keep_pools) clear_pools();
     history_.clear();
     pending_.clear();
     for (Replay& r : replays_) r.next_key = 0;
@@ -478,6 +478,10 @@ void HistoryShadow::start(const std::vector<TokenId>& prompt, AcceptanceModel* m
     // The generation's first step takes the first emitted token (the next push) as its input,
     // like a real run: realign every replay there.
     for (Replay& r : replays_) r.next_key = static_cast<int64_t>(prompt.size());
+}
+
+void HistoryShadow::clear_pools() {
+    for (NgramPool& p : replay_pools_) p.clear();
 }
 
 void HistoryShadow::push(TokenId token, AcceptanceModel* model, ReplayStats* replay,
@@ -577,17 +581,22 @@ std::vector<double> ReplayStats::candidate_counts(int ngram_size, int verificati
 
 // ---- AutoController ----------------------------------------------------------------------------
 
-AutoController::AutoController(AutoPlanner& planner, const AutoLookahead& options, int max_tokens)
-    : planner_(planner), options_(options), max_tokens_(max_tokens) {
+AutoController::AutoController(AutoPlanner& planner, const AutoLookahead& options, int max_tokens,
+                               HistoryShadow* shadow, bool keep_pool)
+    : planner_(planner),
+      options_(options),
+      max_tokens_(max_tokens),
+      shadow_(shadow ? shadow : &own_shadow_),
+      keep_pool_(keep_pool) {
     PYLA_CHECK(planner_.costs().has_table(), "automatic lookahead without a step cost table");
 }
 
 void AutoController::start(const std::vector<TokenId>& prompt) {
-    shadow_.start(prompt, &planner_.acceptance(), &planner_.replay(), kPromptWeight);
+    shadow_->start(prompt, &planner_.acceptance(), &planner_.replay(), kPromptWeight, keep_pool_);
 }
 
 void AutoController::on_emitted(const TokenId* tokens, int n) {
-    for (int i = 0; i < n; ++i) shadow_.push(tokens[i], &planner_.acceptance(), &planner_.replay());
+    for (int i = 0; i < n; ++i) shadow_->push(tokens[i], &planner_.acceptance(), &planner_.replay());
 }
 
 void AutoController::switch_to(int64_t step, const PlanChoice& choice, const char* reason) {

@@ -264,8 +264,12 @@ class HistoryShadow {
     explicit HistoryShadow(int gamma = AutoPlanner::kMaxNgramSize - 1);
     // Starts a generation: pushes the prompt with weight `prompt_weight` per observation (the
     // replays step through it too), then lines the replays up on the first emitted token.
+    // `keep_pools`: the replay pools keep the n-grams of earlier generations, as a real run with
+    // GenerationConfig::keep_pool keeps its pool; otherwise they start empty.
     void start(const std::vector<TokenId>& prompt, AcceptanceModel* model, ReplayStats* replay,
-               double prompt_weight);
+               double prompt_weight, bool keep_pools = false);
+    // Empties the replay pools (Session::reset).
+    void clear_pools();
     // One emitted token (weight 1).
     void push(TokenId token, AcceptanceModel* model, ReplayStats* replay) {
         push(token, model, replay, 1.0);
@@ -332,7 +336,13 @@ class StepPolicy {
 class AutoController : public StepPolicy {
   public:
     // `max_tokens`: the most tokens per step allowed (calibrated range, option cap, KV room).
-    AutoController(AutoPlanner& planner, const AutoLookahead& options, int max_tokens);
+    // `shadow`: the Session's HistoryShadow, whose pools outlive the generation (nullptr: one of
+    // its own); `keep_pool`: the generation keeps the pool of earlier calls, so the shadow keeps
+    // its replay pools too.
+    AutoController(AutoPlanner& planner, const AutoLookahead& options, int max_tokens,
+                   HistoryShadow* shadow = nullptr, bool keep_pool = false);
+    AutoController(const AutoController&) = delete;
+    AutoController& operator=(const AutoController&) = delete;
 
     int max_tokens_per_step() const override { return max_tokens_; }
     int max_ngram_size() const override { return AutoPlanner::kMaxNgramSize; }
@@ -369,7 +379,9 @@ class AutoController : public StepPolicy {
     AutoPlanner& planner_;
     AutoLookahead options_;
     int max_tokens_;
-    HistoryShadow shadow_;
+    HistoryShadow own_shadow_;
+    HistoryShadow* shadow_;
+    bool keep_pool_;
     std::optional<LookaheadConfig> current_;
     double current_model_tokens_ = 1.0;  // model_tokens of it, when chosen
     bool current_replayed_ = false;      // whether that value was a replay's

@@ -163,9 +163,11 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     PYLA_CHECK(argmax.size() == 1, "prefill returned " << argmax.size() << " argmax rows");
     TokenId x = argmax[0];
     finish_step({x});
+    bool ran_lookahead = false;  // whether a lookahead run used request.pool
     if (algo && !emitter.stopped()) {
         algo->start(request.prompt, x, keep_pool);
         keep_pool = true;
+        ran_lookahead = true;
     }
 
     const double decode_start = now();
@@ -190,6 +192,7 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                     history.insert(history.end(), result.tokens.begin(), result.tokens.end() - 1);
                     algo->start(history, x, keep_pool);
                     keep_pool = true;
+                    ran_lookahead = true;
                 }
             }
         }
@@ -265,6 +268,13 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     stats.decode_s = now() - decode_start;
     stats.new_tokens = static_cast<int64_t>(result.tokens.size());
     if (algo) stats.pool_size = algo->pool_size();
+    if (ran_lookahead && request.pool) {
+        // The text that the pool's n-grams came from, for a later run with a larger N.
+        std::vector<TokenId> text = request.prompt;
+        text.insert(text.end(), result.tokens.begin(), result.tokens.end());
+        std::lock_guard<std::mutex> lock(request.pool->mutex);
+        request.pool->add_text(std::move(text));
+    }
     if (policy) stats.auto_decisions = policy->decisions();
     return result;
 }

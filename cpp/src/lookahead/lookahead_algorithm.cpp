@@ -29,6 +29,9 @@ void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first
     const int cap = NgramPool::kept_per_key(config_.verification_set_size);
     if (!keep_pool) {
         pool = NgramPool(len, cap);
+        shared_->clear_texts();
+    } else if (pool.ngram_len() < len && !shared_->texts.empty()) {
+        pool = shared_->pool_from_texts(len, cap);  // cutting cannot lengthen the entries
     } else if (pool.ngram_len() != len || pool.capacity() != cap) {
         pool = pool.reshaped(len, cap);
     }
