@@ -312,15 +312,23 @@ TEST(ReplayStats, MeansAndCountsFadeAtTheCap) {
     EXPECT_EQ(r.steps(4, 2), 0.0);
 }
 
+// (N, G) of the verification-only configs whose replays are checked against real runs.
+const std::vector<std::pair<int, int>> kReplayCases = {{2, 1}, {3, 2}, {4, 2}, {5, 4}, {6, 8}};
+
+LookaheadConfig verification_only(int ngram_size, int verification_set_size) {
+    LookaheadConfig config;
+    config.window_size = 0;
+    config.ngram_size = ngram_size;
+    config.verification_set_size = verification_set_size;
+    return config;
+}
+
 // The replay of a W = 0 config steps exactly as a real run of it does on the same text.
 TEST(HistoryShadow, ReplayStepsLikeARealVerificationOnlyRun) {
     const std::vector<TokenId> text = mixed_text(400, 11);
     const int prompt_len = 120, max_new = 200;
-    for (const auto& [n, g] : std::vector<std::pair<int, int>>{{2, 1}, {3, 2}, {4, 2}, {5, 4}, {6, 8}}) {
-        LookaheadConfig config;
-        config.window_size = 0;
-        config.ngram_size = n;
-        config.verification_set_size = g;
+    for (const auto& [n, g] : kReplayCases) {
+        const LookaheadConfig config = verification_only(n, g);
         OracleLm lm(text, 64, 1024);
         DecodeRequest request;
         request.prompt.assign(text.begin(), text.begin() + prompt_len);
@@ -353,11 +361,8 @@ TEST(HistoryShadow, KeptPoolsReplayLikeARealRunThatKeepsItsPool) {
     const std::vector<TokenId> first_text = mixed_text(400, 11);
     const std::vector<TokenId> second_text(first_text.begin() + 60, first_text.end());
     const int prompt_len = 120, max_new = 200;
-    for (const auto& [n, g] : std::vector<std::pair<int, int>>{{2, 1}, {3, 2}, {4, 2}, {5, 4}, {6, 8}}) {
-        LookaheadConfig config;
-        config.window_size = 0;
-        config.ngram_size = n;
-        config.verification_set_size = g;
+    for (const auto& [n, g] : kReplayCases) {
+        const LookaheadConfig config = verification_only(n, g);
         auto pool = std::make_shared<SharedPool>();
         AcceptanceModel model;
         HistoryShadow shadow;
