@@ -88,7 +88,9 @@ struct GenerationConfig {
     //   rows then come from earlier forward passes, whose floating-point rounding may differ in
     //   the last bits from one prefill of the whole prompt.
     // keep_pool: keep the n-gram pool of earlier calls (and of Session::load_pool or a shared
-    //   pool); false starts lookahead from an empty pool (clearing a shared one).
+    //   pool); false starts lookahead from an empty pool (clearing a shared one). The pool also
+    //   keeps the texts of its calls (the last 64Ki tokens), from which a run with a larger N
+    //   than the pool's rebuilds it; automatic lookahead keeps its replay pools alongside.
     bool reuse_cache = false;
     bool keep_pool = false;
 
