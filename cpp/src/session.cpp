@@ -9,6 +9,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "check.h"
 #include "io/binary_io.h"
@@ -29,14 +30,28 @@ at::ScalarType parse_dtype(const std::string& s) {
     throw ConfigError("dtype must be one of float32, bfloat16, float16, float64 (got '" + s + "')");
 }
 
+// EngineConfig::linear_kernel / ModelInfo::linear_kernel names of the kernels.
+constexpr std::pair<const char*, Transformer::LinearKernel> kLinearKernelNames[] = {
+    {"bf16-avx512", Transformer::LinearKernel::kBf16Dot},
+    {"onednn", Transformer::LinearKernel::kOneDnnPacked},
+    {"aten", Transformer::LinearKernel::kAten},
+};
+
 // nullopt = "auto".
 std::optional<Transformer::LinearKernel> parse_linear_kernel(const std::string& s) {
     if (s == "auto") return std::nullopt;
-    if (s == "bf16-avx512") return Transformer::LinearKernel::kBf16Dot;
-    if (s == "onednn") return Transformer::LinearKernel::kOneDnnPacked;
-    if (s == "aten") return Transformer::LinearKernel::kAten;
+    for (const auto& [name, kernel] : kLinearKernelNames) {
+        if (s == name) return kernel;
+    }
     throw ConfigError("linear_kernel must be one of auto, bf16-avx512, onednn, aten (got '" + s +
                       "')");
+}
+
+std::string linear_kernel_name(Transformer::LinearKernel kernel) {
+    for (const auto& [name, k] : kLinearKernelNames) {
+        if (k == kernel) return name;
+    }
+    return "aten";  // not reached: every kernel is named above
 }
 
 at::Device parse_device(const std::string& s) {
@@ -110,11 +125,7 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
         impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
                                                           parse_linear_kernel(engine.linear_kernel));
         info.packed_weights = impl->transformer->packed_weights();
-        switch (impl->transformer->linear_kernel()) {
-            case Transformer::LinearKernel::kBf16Dot: info.linear_kernel = "bf16-avx512"; break;
-            case Transformer::LinearKernel::kOneDnnPacked: info.linear_kernel = "onednn"; break;
-            case Transformer::LinearKernel::kAten: info.linear_kernel = "aten"; break;
-        }
+        info.linear_kernel = linear_kernel_name(impl->transformer->linear_kernel());
     } catch (const c10::Error& e) {
         throw ModelLoadError(model_dir + ": loading weights failed: " + e.what_without_backtrace());
     }

@@ -586,7 +586,8 @@ AutoController::AutoController(AutoPlanner& planner, const AutoLookahead& option
     : planner_(planner),
       options_(options),
       max_tokens_(max_tokens),
-      shadow_(shadow ? shadow : &own_shadow_),
+      own_shadow_(shadow ? nullptr : std::make_unique<HistoryShadow>()),
+      shadow_(shadow ? shadow : own_shadow_.get()),
       keep_pool_(keep_pool) {
     PYLA_CHECK(planner_.costs().has_table(), "automatic lookahead without a step cost table");
 }

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -379,7 +380,7 @@ class AutoController : public StepPolicy {
     AutoPlanner& planner_;
     AutoLookahead options_;
     int max_tokens_;
-    HistoryShadow own_shadow_;
+    std::unique_ptr<HistoryShadow> own_shadow_;  // only when the caller gives none
     HistoryShadow* shadow_;
     bool keep_pool_;
     std::optional<LookaheadConfig> current_;

@@ -4,7 +4,9 @@
 #include <ATen/core/stack.h>
 
 #include <cmath>
+#include <functional>
 #include <set>
+#include <string>
 
 #include "check.h"
 #include "model/attention.h"
@@ -170,87 +172,75 @@ const std::optional<c10::OperatorHandle>& linear_op() {
 
 void Transformer::pack_weights(std::optional<LinearKernel> want) {
     if (want == LinearKernel::kAten) return;
+    const std::string name = want == LinearKernel::kBf16Dot ? "bf16-avx512" : "onednn";
+    const std::string got = "dtype " + std::string(c10::toString(dtype_)) + " on " + device_.str();
     // Exactness needs each row of a step to get the same bits whatever the step's row count.
-    // Probe that on this CPU with the first layer's qkv (and bias) before choosing a kernel.
+    // Probe that on this CPU with the first layer's qkv (and bias), packed for `kernel`, before
+    // packing the rest; on a failed probe linear() stays on at::linear.
     const int64_t hid = config_.hidden_size;
     const LayerWeights& first = layers_.front();
-    auto invariant_from = [&](const at::Tensor& w, int min_rows) {
+    auto try_kernel = [&](LinearKernel kernel, int min_rows,
+                          const std::function<at::Tensor(const at::Tensor&)>& pack) {
+        const at::Tensor packed_qkv = pack(first.qkv);
+        kernel_ = kernel;
         const at::Tensor probe =
             at::linspace(-3.0, 3.0, 17 * hid).sin().reshape({17, hid}).to(dtype_);
         const int64_t n = first.qkv.size(0);
-        const at::Tensor all = linear(probe, w, first.qkv_bias, n);
-        bool same = true;
+        const at::Tensor all = linear(probe, packed_qkv, first.qkv_bias, n);
         for (int64_t m : {1, 2, 3, 5, 8, 9}) {
             if (m < min_rows) continue;
-            same = same && at::equal(linear(probe.narrow(0, 0, m), w, first.qkv_bias, n),
-                                     all.narrow(0, 0, m));
+            if (!at::equal(linear(probe.narrow(0, 0, m), packed_qkv, first.qkv_bias, n),
+                           all.narrow(0, 0, m))) {
+                kernel_ = LinearKernel::kAten;
+                if (!want) return false;
+                throw ConfigError("linear_kernel '" + name + "' gives a row different bits at "
+                                  "different row counts on this CPU (load-time probe); use 'auto'");
+            }
         }
-        return same;
+        for (LayerWeights& lw : layers_) {
+            lw.qkv = &lw == &first ? packed_qkv : pack(lw.qkv);
+            lw.o = pack(lw.o);
+            lw.gate_up = pack(lw.gate_up);
+            lw.down = pack(lw.down);
+        }
+        lm_head_ = pack(lm_head_);  // a packed copy when tied: the embedding keeps its layout
+        return true;
     };
-    const bool cpu_bf16 = device_.is_cpu() && dtype_ == at::kBFloat16;
-    const bool bf16_ok = cpu_bf16 && bf16_linear_supported() && hid % 2 == 0 &&
-                         config_.intermediate_size % 2 == 0 &&
+
+    const bool bf16_ok = device_.is_cpu() && dtype_ == at::kBFloat16 && bf16_linear_supported() &&
+                         hid % 2 == 0 && config_.intermediate_size % 2 == 0 &&
                          (config_.num_attention_heads * config_.head_dim) % 2 == 0;
     if (want == LinearKernel::kBf16Dot && !bf16_ok) {
-        throw ConfigError(
-            "linear_kernel 'bf16-avx512' needs dtype bfloat16 on a CPU with AVX512F, AVX512BW, "
-            "AVX512VL and AVX512-BF16 (got dtype " + std::string(c10::toString(dtype_)) +
-            " on " + device_.str() + (bf16_linear_supported() ? "" : ", a CPU without them") + ")");
+        throw ConfigError("linear_kernel 'bf16-avx512' needs dtype bfloat16 on a CPU with AVX512F, "
+                          "AVX512BW, AVX512VL and AVX512-BF16 (got " + got +
+                          (bf16_linear_supported() ? "" : ", a CPU without them") + ")");
     }
     if (bf16_ok && want != LinearKernel::kOneDnnPacked) {
-        const at::Tensor packed_qkv = bf16_linear_pack(first.qkv);
-        kernel_ = LinearKernel::kBf16Dot;
-        if (invariant_from(packed_qkv, 1)) {
+        if (try_kernel(LinearKernel::kBf16Dot, 1, bf16_linear_pack)) {
+            // The kernel adds biases in fp32: convert them once here, not on every call.
             for (LayerWeights& lw : layers_) {
-                lw.qkv = &lw == &layers_.front() ? packed_qkv : bf16_linear_pack(lw.qkv);
-                lw.o = bf16_linear_pack(lw.o);
-                lw.gate_up = bf16_linear_pack(lw.gate_up);
-                lw.down = bf16_linear_pack(lw.down);
-                // The kernel adds biases in fp32: convert them once here, not on every call.
                 if (lw.qkv_bias.defined()) lw.qkv_bias = lw.qkv_bias.to(at::kFloat);
                 if (lw.o_bias.defined()) lw.o_bias = lw.o_bias.to(at::kFloat);
             }
-            lm_head_ = bf16_linear_pack(lm_head_);  // a packed copy when tied
             return;
         }
-        kernel_ = LinearKernel::kAten;
-        if (want == LinearKernel::kBf16Dot) {
-            throw ConfigError("linear_kernel 'bf16-avx512' gives a row different bits at different "
-                              "row counts on this CPU (load-time probe); use 'auto'");
-        }
     }
+    // bf16 and fp32 on CPU through oneDNN: at::linear would reorder a bf16 weight on every call
+    // or run fp32 on MKL, whose rows change bits between M = 2, 3 and 4.
     const bool onednn_ok = device_.is_cpu() && (dtype_ == at::kBFloat16 || dtype_ == at::kFloat) &&
                            at::hasMKLDNN() && reorder_op() && linear_op();
     if (!onednn_ok) {
         if (want == LinearKernel::kOneDnnPacked) {
             throw ConfigError("linear_kernel 'onednn' needs dtype bfloat16 or float32 on the CPU "
-                              "and a libtorch with oneDNN (got dtype " +
-                              std::string(c10::toString(dtype_)) + " on " + device_.str() + ")");
+                              "and a libtorch with oneDNN (got " + got + ")");
         }
         return;
     }
-    auto pack = [](const at::Tensor& w) {
+    try_kernel(LinearKernel::kOneDnnPacked, 2, [](const at::Tensor& w) {
         torch::jit::Stack stack{w, c10::IValue(static_cast<int64_t>(2))};
         reorder_op()->callBoxed(&stack);
         return stack[0].toTensor();
-    };
-    const at::Tensor packed_qkv = pack(first.qkv);
-    kernel_ = LinearKernel::kOneDnnPacked;
-    if (!invariant_from(packed_qkv, 2)) {
-        kernel_ = LinearKernel::kAten;
-        if (want == LinearKernel::kOneDnnPacked) {
-            throw ConfigError("linear_kernel 'onednn' gives a row different bits at different "
-                              "row counts on this CPU (load-time probe); use 'auto'");
-        }
-        return;
-    }
-    for (LayerWeights& lw : layers_) {
-        lw.qkv = &lw == &layers_.front() ? packed_qkv : pack(lw.qkv);
-        lw.o = pack(lw.o);
-        lw.gate_up = pack(lw.gate_up);
-        lw.down = pack(lw.down);
-    }
-    lm_head_ = pack(lm_head_);  // a packed copy when tied: the embedding keeps its layout
+    });
 }
 
 int Transformer::min_invariant_rows() const {

@@ -72,8 +72,8 @@ class Transformer {
     // load). Other CPU bf16 and fp32: oneDNN's linear on the weight reordered once at load,
     // instead of at::linear, which reorders a bf16 weight on every call (same bits for M >= 2
     // rows) and runs fp32 on MKL (other bits). `n` = output features (W's rows).
-    at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = {},
-                      int64_t n = 0) const;
+    at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+                      int64_t n) const;
     // Packs every linear weight for the chosen kernel of linear().
     void pack_weights(std::optional<LinearKernel> want);
     at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
