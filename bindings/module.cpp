@@ -7,6 +7,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <cstdio>
+
 #include "pylookahead/pylookahead.h"
 
 namespace py = pybind11;
@@ -145,6 +147,8 @@ void bind_results(py::module_& m) {
         .def_readonly("reason", &AutoDecision::reason)
         .def_readonly("expected_tokens", &AutoDecision::expected_tokens)
         .def_readonly("predicted_speedup", &AutoDecision::predicted_speedup)
+        .def_readonly("judged_speedup", &AutoDecision::judged_speedup)
+        .def_readonly("greedy_step_s", &AutoDecision::greedy_step_s)
         .def_property_readonly("greedy", &AutoDecision::greedy)
         .def_property_readonly("label", &AutoDecision::label)
         .def_property_readonly("config",
@@ -159,8 +163,14 @@ void bind_results(py::module_& m) {
         .def("__iter__",  // unpacks as (step, label)
              [](const AutoDecision& d) { return py::iter(py::make_tuple(d.step, d.label())); })
         .def("__repr__", [](const AutoDecision& d) {
+            std::string judged;
+            if (d.judged_speedup > 0.0) {
+                char buf[32];
+                std::snprintf(buf, sizeof buf, ", judged %.2fx", d.judged_speedup);
+                judged = buf;
+            }
             return "AutoDecision(step=" + std::to_string(d.step) + ", " + d.label() + ", " +
-                   d.reason + ")";
+                   d.reason + judged + ")";
         });
 
     py::class_<GenerationStats>(m, "GenerationStats")

@@ -703,6 +703,10 @@ TEST(AutoController, FallsBackWhenSlowerThanGreedyAndProbesWithBackoff) {
     EXPECT_EQ(d[1].reason, "fallback");
     EXPECT_TRUE(d[1].greedy());
     EXPECT_EQ(d[1].step, 8);
+    // The judgement is reported: 2 tokens per 3 s against greedy's 1 s per token.
+    EXPECT_NEAR(d[1].judged_speedup, 2.0 / 3.0, 1e-9);
+    EXPECT_NEAR(d[1].greedy_step_s, 1.0, 1e-9);
+    EXPECT_EQ(d[0].judged_speedup, 0.0);
     // Greedy for at least probe_after steps, then a probe if the model still predicts a gain.
     std::vector<int64_t> lookahead_steps;
     for (int i = 0; i < 600; ++i) {
@@ -721,6 +725,45 @@ TEST(AutoController, FallsBackWhenSlowerThanGreedyAndProbesWithBackoff) {
         EXPECT_GE(probes[i].step - fallbacks[i].step, 64 << std::min<int>(i, 4));
     }
     EXPECT_LT(lookahead_steps.size(), 60u);
+}
+
+// A shared machine slows down by half after the session measured its greedy steps at 1 s. A
+// verification-only run's one-row steps (no candidate) now take 2 s and its 7-row steps 2.2 s
+// for 2 tokens: it pays 1.43x against greedy now. Judged against the greedy steps measured
+// before (1 s) it would look 29% slower than greedy and fall back; judged against its own
+// one-row steps it stays. A run that is slow against its own one-row steps still falls back.
+TEST(AutoController, JudgesARunAgainstItsOwnOneRowSteps) {
+    for (const double wide_seconds : {2.2, 8.0}) {
+        Sim sim(mild);
+        for (int i = 0; i < StepCostModel::kKeep; ++i) sim.planner.costs().observe(1, 1.0);
+        ASSERT_NEAR(sim.planner.costs().seconds(1), 1.0, 1e-12);
+        std::vector<int64_t> greedy_steps;
+        for (int i = 0; i < 40; ++i) {
+            const std::optional<LookaheadConfig> c = sim.ctl->next_step(sim.step);
+            if (!c) greedy_steps.push_back(sim.step);
+            if (i == 0) ASSERT_TRUE(c && sim.planner.replayed(*c));
+            StepReport r;
+            r.step = sim.step++;
+            const bool one_row = !c || i % 2 == 0;
+            r.tokens_per_step = one_row ? 1 : c->tokens_per_step();
+            r.seconds = one_row ? 2.0 : wide_seconds;
+            r.tokens = one_row ? 1 : 2;
+            sim.ctl->after_step(r);
+        }
+        const std::vector<AutoDecision>& d = sim.ctl->decisions();
+        if (wide_seconds < 3.0) {
+            EXPECT_TRUE(greedy_steps.empty()) << "fell back at step " << greedy_steps.front();
+            for (const AutoDecision& x : d) EXPECT_NE(x.reason, "fallback");
+        } else {
+            // About 3 tokens per 10 s against 2 s per greedy token: 0.6x, a gross miss, ended
+            // at the first judgement.
+            ASSERT_GE(d.size(), 2u);
+            EXPECT_EQ(d[1].reason, "fallback");
+            EXPECT_EQ(d[1].step, sim.options.probe_steps);
+            EXPECT_NEAR(d[1].greedy_step_s, 2.0, 1e-9);
+            EXPECT_NEAR(d[1].judged_speedup, 0.6, 0.05);
+        }
+    }
 }
 
 TEST(AutoController, ExpensiveTableStaysGreedy) {

@@ -55,6 +55,10 @@ struct AutoDecision {
                                     // than greedy; "probe": lookahead tried again after a fallback
     double expected_tokens = 1.0;   // the model's tokens per step for it, when chosen
     double predicted_speedup = 1.0; // its predicted tokens/s over greedy's, when chosen
+    double judged_speedup = 0.0;    // when a judgement ended the lookahead run before this one:
+                                    // that run's measured tokens/s over greedy's; 0 otherwise
+                                    // (the first plan, a probe after greedy steps)
+    double greedy_step_s = 0.0;     // the greedy seconds per step that judgement compared with
 
     bool greedy() const { return ngram_size == 0; }
     // "greedy" or "W,N,G".

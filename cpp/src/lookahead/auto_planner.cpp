@@ -600,7 +600,8 @@ void AutoController::on_emitted(const TokenId* tokens, int n) {
     for (int i = 0; i < n; ++i) shadow_->push(tokens[i], &planner_.acceptance(), &planner_.replay());
 }
 
-void AutoController::switch_to(int64_t step, const PlanChoice& choice, const char* reason) {
+void AutoController::switch_to(int64_t step, const PlanChoice& choice, const char* reason,
+                               double judged_speedup, double greedy_step_s) {
     current_ = choice.config;
     if (current_) current_->seed = options_.seed;
     current_model_tokens_ = current_ ? planner_.model_tokens(*current_) : 1.0;
@@ -615,12 +616,16 @@ void AutoController::switch_to(int64_t step, const PlanChoice& choice, const cha
     d.reason = reason;
     d.expected_tokens = choice.expected_tokens;
     d.predicted_speedup = choice.speedup;
+    d.judged_speedup = judged_speedup;
+    d.greedy_step_s = greedy_step_s;
     decisions_.push_back(d);
     steps_in_mode_ = 0;
     steps_since_check_ = 0;
     judge_after_ = options_.probe_steps;
     window_tokens_ = 0.0;
     window_seconds_ = 0.0;
+    window_greedy_steps_ = 0.0;
+    window_greedy_seconds_ = 0.0;
 }
 
 std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
@@ -631,18 +636,26 @@ std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
     }
     if (current_) {
         if (steps_since_check_ < judge_after_) return current_;
-        // Judge the last window: realized tokens/s against greedy's (measured, or the table's).
-        const double greedy_rate = 1.0 / planner_.costs().seconds(1);
+        // Judge the run: its tokens/s against greedy's. Greedy's cost is that of the run's own
+        // one-row steps (a verification-only step without candidates is a greedy step) when it
+        // has enough of them: measured over the same stretch of time, they see the same machine.
+        // Else the cost model's (the last measured greedy steps, or the table's), which may date
+        // from a faster or slower moment of a shared machine.
+        const double greedy_s = window_greedy_steps_ >= kMinOwnGreedySteps
+                                    ? window_greedy_seconds_ / window_greedy_steps_
+                                    : planner_.costs().seconds(1);
+        const double greedy_rate = 1.0 / greedy_s;
         const bool early_counted = planner_.replayed(*current_) && !planner_.fixed_shapes() &&
                                    steps_in_mode_ < kCountedJudgeSteps;
         const double tolerance = early_counted ? kEarlyFallbackTolerance : kFallbackTolerance;
-        const bool slower = window_seconds_ > 0.0 &&
-                            window_tokens_ / window_seconds_ < greedy_rate * (1.0 - tolerance);
+        const double judged =
+            window_seconds_ > 0.0 ? window_tokens_ / window_seconds_ / greedy_rate : 0.0;
+        const bool slower = window_seconds_ > 0.0 && judged < 1.0 - tolerance;
         if (slower) {
             backoff_ = static_cast<int64_t>(options_.probe_after) << std::min(failed_, 4);
             ++failed_;
             probing_ = false;
-            switch_to(step, planner_.evaluate(std::nullopt), "fallback");
+            switch_to(step, planner_.evaluate(std::nullopt), "fallback", judged, greedy_s);
             return current_;
         }
         failed_ = 0;
@@ -656,11 +669,11 @@ std::optional<LookaheadConfig> AutoController::next_step(int64_t step) {
                                             !planner_.replayed(*current_);
         if (!best.config) {
             backoff_ = 0;
-            switch_to(step, best, "plan");
+            switch_to(step, best, "plan", judged, greedy_s);
         } else if (!same_shape(best.config, current_) &&
                    (counted_over_predicted ||
                     best.speedup > planner_.evaluate(current_).speedup * (1.0 + kSwitchMargin))) {
-            switch_to(step, best, "plan");
+            switch_to(step, best, "plan", judged, greedy_s);
         } else {
             steps_since_check_ = 0;
             judge_after_ = options_.replan_interval;
@@ -687,6 +700,9 @@ void AutoController::after_step(const StepReport& r) {
         const double decay = std::exp2(-1.0 / kJudgeHalfLife);
         window_tokens_ = window_tokens_ * decay + r.tokens;
         window_seconds_ = window_seconds_ * decay + r.seconds;
+        const bool one_row = r.tokens_per_step == 1;
+        window_greedy_steps_ = window_greedy_steps_ * decay + (one_row ? 1.0 : 0.0);
+        window_greedy_seconds_ = window_greedy_seconds_ * decay + (one_row ? r.seconds : 0.0);
         planner_.observe_lookahead_step(*current_, r.tokens, current_model_tokens_,
                                         current_replayed_);
         planner_.acceptance().observe_window(current_->window_size, r.window_candidates,

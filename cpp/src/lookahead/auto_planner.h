@@ -373,9 +373,14 @@ class AutoController : public StepPolicy {
     // 0.5B bf16).
     static constexpr int64_t kCountedJudgeSteps = 64;
     static constexpr double kEarlyFallbackTolerance = 0.15;
+    // Weight of one-row steps a run needs before its judgement takes greedy's cost from them.
+    static constexpr double kMinOwnGreedySteps = 3.0;
 
   private:
-    void switch_to(int64_t step, const PlanChoice& choice, const char* reason);
+    // `judged_speedup` and `greedy_step_s`: what the judgement that ended the run being left
+    // measured (0 when none did).
+    void switch_to(int64_t step, const PlanChoice& choice, const char* reason,
+                   double judged_speedup = 0.0, double greedy_step_s = 0.0);
 
     AutoPlanner& planner_;
     AutoLookahead options_;
@@ -395,6 +400,10 @@ class AutoController : public StepPolicy {
     // with a half-life of kJudgeHalfLife steps: what a judgement compares with greedy's rate.
     double window_tokens_ = 0.0;
     double window_seconds_ = 0.0;
+    // The same for the run's one-row steps (no candidate to verify): greedy's cost, measured
+    // beside the run. Used by a judgement once they weigh kMinOwnGreedySteps.
+    double window_greedy_steps_ = 0.0;
+    double window_greedy_seconds_ = 0.0;
     int64_t backoff_ = 0;            // greedy steps to wait after a fallback (0 = none)
     int failed_ = 0;                 // consecutive lookahead runs judged slower than greedy
     bool probing_ = false;           // the current lookahead run follows a fallback
