@@ -1,7 +1,8 @@
 """Plots (PNG) and Markdown tables from benchmark JSON files written by `pylookahead bench` / benchmarks/sweep.py.
 
-* ``speedup.png``: speedup over the engine's greedy decoding (tok/s, ratio of medians over prompts, or of totals
-  with ``--metric total``) per method, grouped by model / dtype / dataset; one bar group per ``"kind": "bench"``
+* ``speedup.png``: speedup over the engine's greedy decoding (tok/s, ratio of medians over prompts, of totals
+  with ``--metric total``, or the median over prompts of the per-prompt ratio with ``--metric paired_median``) per
+  method, grouped by model / dtype / dataset; one bar group per ``"kind": "bench"``
   file;
 * ``scaling-<run>.png`` per sweep file: compression ratio (tokens per forward pass) against tokens per step
   ``(W + G) * (N - 1)`` on a log x-axis, one line per N (the paper's scaling law), with a least-squares fit of
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,20 @@ def _plt() -> Any:
     return plt
 
 
+def paired_median(data: dict[str, Any], name: str) -> float | None:
+    """The median over prompts of `name`'s tok/s over greedy's on the same prompt: the file's own figure, or,
+    for files written before bench reported it, computed from the per-prompt results."""
+    value = data["methods"][name]["speedup_vs_greedy"].get("paired_median")
+    if value is not None:
+        return value
+    ratios = []
+    for p in data.get("prompts", []):
+        r, g = p["results"].get(name), p["results"].get("greedy")
+        if r and g and r.get("tok_s") and g.get("tok_s"):
+            ratios.append(r["tok_s"] / g["tok_s"])
+    return statistics.median(ratios) if ratios else None
+
+
 def plot_speedup(runs: list[tuple[Path, dict[str, Any]]], out: Path, metric: str) -> Path | None:
     """Grouped bars: one group per bench run, one bar per non-greedy method."""
     runs = [(p, r) for p, r in runs if r.get("kind") == "bench"]
@@ -74,7 +90,7 @@ def plot_speedup(runs: list[tuple[Path, dict[str, Any]]], out: Path, metric: str
         xs, ys = [], []
         for i, (_, r) in enumerate(runs):
             m = r["methods"].get(name)
-            value = m and m["speedup_vs_greedy"].get(metric)
+            value = m and (paired_median(r, name) if metric == "paired_median" else m["speedup_vs_greedy"].get(metric))
             if value is not None:
                 xs.append(i - 0.4 + width * (j + 0.5))
                 ys.append(value)
@@ -84,7 +100,8 @@ def plot_speedup(runs: list[tuple[Path, dict[str, Any]]], out: Path, metric: str
     ax.axhline(1.0, color="black", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(len(runs)))
     ax.set_xticklabels([run_label(r) for _, r in runs], fontsize=8)
-    ax.set_ylabel(f"speedup over engine greedy (tok/s, ratio of {'medians' if metric == 'median' else 'totals'})")
+    what = {"median": "ratio of medians", "total": "ratio of totals", "paired_median": "median of per-prompt ratios"}
+    ax.set_ylabel(f"speedup over engine greedy (tok/s, {what[metric]})")
     ax.set_title("Decoding speed relative to the engine's greedy decoding")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -205,15 +222,16 @@ def markdown_table(path: Path, data: dict[str, Any]) -> str:
         f"**{s['model']}, {s['dtype']}, {d['name']}** ({d['prompts']} prompts, up to {s['max_new_tokens']} new "
         f"tokens, {mach.get('torch_threads')} threads, {mach.get('cpu_model')}; `{path.name}`)",
         "",
-        "| method | tok/s (median) | tok/s (total) | speedup (median) | speedup (total) | tokens/step | "
-        "ms/step (median) | = greedy |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| method | tok/s (median) | tok/s (total) | speedup (median) | speedup (total) | speedup (paired) | "
+        "tokens/step | ms/step (median) | = greedy |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, m in data["methods"].items():
         sp = m["speedup_vs_greedy"]
         lines.append(
             f"| {name} | {_f(m['tok_s_median'], '.2f')} | {_f(m['tok_s_total'], '.2f')} | "
-            f"{_f(sp['median'], '.2f')}x | {_f(sp['total'], '.2f')}x | {_f(m['compression'], '.2f')} | "
+            f"{_f(sp['median'], '.2f')}x | {_f(sp['total'], '.2f')}x | {_f(paired_median(data, name), '.2f')}x | "
+            f"{_f(m['compression'], '.2f')} | "
             f"{_f(m['step_ms_median'], '.1f')} | {m['equal_to_greedy']}/{m['prompts']} |"
         )
     return "\n".join(lines) + "\n"
@@ -223,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/plot_results.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", type=Path, help="JSON results (default: benchmarks/results/*.json)")
     parser.add_argument("--out-dir", type=Path, default=Path("benchmarks/results/plots"))
-    parser.add_argument("--metric", choices=["median", "total"], default="median", help="speedup: ratio of ...")
+    parser.add_argument("--metric", choices=["median", "total", "paired_median"], default="median",
+                        help="speedup.png: ratio of median tok/s, of total tok/s, or median of per-prompt ratios")
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     args = parser.parse_args(argv)
     files = args.files or sorted(Path("benchmarks/results").glob("*.json"))

@@ -15,7 +15,8 @@ Methods (``--methods``):
 
 Every method is timed the same way: ``time.perf_counter`` around the ``generate`` call, prompt token ids already
 prepared (the engine's own ``prefill_s``/``decode_s`` are recorded too). Per method the summary has tok/s (median
-over prompts, and total = sum of tokens / sum of seconds), steps, the compression ratio (tokens per forward pass
+over prompts, and total = sum of tokens / sum of seconds), the speedup over greedy three ways (ratio of the
+medians, of the totals, and the median over prompts of the per-prompt ratio, "paired"), steps, the compression ratio (tokens per forward pass
 after the first: ``(new_tokens - 1) / steps``), the merged accepted-length histogram, the median time per step, and
 how many outputs equal the engine's greedy output token for token. Lookahead must always equal it (a mismatch is
 an engine bug: it is printed at once and the run exits with status 1); for transformers the count is reported
@@ -611,6 +612,19 @@ def _record_json(rec: RunRecord, equal: bool, first_mismatch: int | None, keep_i
     return out
 
 
+def paired_speedups(
+    records: Sequence[tuple[RunRecord, bool]], greedy: Sequence[tuple[RunRecord, bool]]
+) -> list[float]:
+    """Per prompt, a method's tok/s over greedy's on the same prompt (the two ran next to each other, so a
+    machine that speeds up or slows down over the run moves both). Their median is steadier than the ratio of
+    the two medians over prompts, which pairs different prompts."""
+    out = []
+    for (rec, _), (ref, _) in zip(records, greedy, strict=True):
+        if rec.seconds > 0 and ref.seconds > 0 and ref.token_ids:
+            out.append((len(rec.token_ids) / rec.seconds) / (len(ref.token_ids) / ref.seconds))
+    return out
+
+
 def summarize(name: str, method_info: dict[str, Any], records: list[tuple[RunRecord, bool]]) -> dict[str, Any]:
     """Summary of one method over the prompts it ran (`records`: (record, equals engine greedy))."""
     tok_s = [len(r.token_ids) / r.seconds for r, _ in records if r.seconds > 0]
@@ -828,10 +842,11 @@ def run_benchmark(
 
     summaries = {m.name: summarize(m.name, m.info, records[m.name]) for m in runners}
     greedy = summaries["greedy"]
-    for s in summaries.values():
+    for name, s in summaries.items():
         s["speedup_vs_greedy"] = {
             "median": _ratio(s["tok_s_median"], greedy["tok_s_median"]),
             "total": _ratio(s["tok_s_total"], greedy["tok_s_total"]),
+            "paired_median": _median(paired_speedups(records[name], records["greedy"])),
         }
     machine["load_average_end"] = _load_average()
     machine["torch_threads"] = torch.get_num_threads()
@@ -890,14 +905,15 @@ def format_table(result: dict[str, Any]) -> str:
     lines = [
         f"{s['model']} {s['dtype']} | {d['name']} x {d['prompts']} prompts | {s['max_new_tokens']} new tokens max | "
         f"threads {result['machine']['torch_threads']} | {result['machine'].get('cpu_model')}",
-        f"{'method':<22} {'tok/s med':>9} {'tok/s tot':>9} {'x med':>6} {'x tot':>6} {'steps':>7} "
+        f"{'method':<22} {'tok/s med':>9} {'tok/s tot':>9} {'x med':>6} {'x tot':>6} {'x pair':>6} {'steps':>7} "
         f"{'tok/step':>8} {'ms/step':>8} {'==greedy':>9}",
     ]
     for name, m in result["methods"].items():
         sp = m["speedup_vs_greedy"]
         lines.append(
             f"{name:<22} {_fmt(m['tok_s_median'], '9.2f')} {_fmt(m['tok_s_total'], '9.2f')} "
-            f"{_fmt(sp['median'], '6.2f')} {_fmt(sp['total'], '6.2f')} {m['steps']:>7d} "
+            f"{_fmt(sp['median'], '6.2f')} {_fmt(sp['total'], '6.2f')} {_fmt(sp.get('paired_median'), '6.2f')} "
+            f"{m['steps']:>7d} "
             f"{_fmt(m['compression'], '8.2f')} {_fmt(m['step_ms_median'], '8.1f')} "
             f"{m['equal_to_greedy']:>4d}/{m['prompts']:<4d}"
         )
