@@ -267,7 +267,7 @@ class Session:
         return self._session.pool_size
 
     def save_pool(self, path: str | Path) -> None:
-        """Write the n-gram pool to `path` (binary; see docs/session.md)."""
+        """Write the n-gram pool and its texts to `path` (binary; see docs/session.md)."""
         with self._exclusive():
             self._session.save_pool(str(path))
 

@@ -319,7 +319,8 @@ int64_t Session::pool_size() const {
 namespace {
 
 constexpr char kPoolMagic[8] = {'P', 'Y', 'L', 'A', 'P', 'O', 'O', 'L'};
-constexpr uint32_t kPoolVersion = 2;  // 2: entries carry their context (NgramPool::kContextLen ids)
+// 2: entries carry their context (NgramPool::kContextLen ids); 3: the pool's texts follow it.
+constexpr uint32_t kPoolVersion = 3;
 
 uint32_t read_u32(std::istream& in, const std::string& path, const char* field) {
     uint32_t v = 0;
@@ -337,6 +338,12 @@ void Session::save_pool(const std::string& path) const {
     {
         std::lock_guard<std::mutex> lock(impl_->pool->mutex);
         impl_->pool->pool.write(body);
+        // The texts a larger N rebuilds the pool from (SharedPool::pool_from_texts).
+        write_u32_le(body, static_cast<uint32_t>(impl_->pool->texts.size()));
+        for (const std::vector<TokenId>& text : impl_->pool->texts) {
+            write_u32_le(body, static_cast<uint32_t>(text.size()));
+            for (TokenId id : text) write_u32_le(body, static_cast<uint32_t>(id));
+        }
     }
     // Written to a temporary file, then renamed: a reader never sees half a file.
     const std::string tmp = path + ".tmp";
@@ -368,9 +375,9 @@ void Session::load_pool(const std::string& path) {
         throw ConfigError(path + ": not a pylookahead pool file (magic must be 'PYLAPOOL')");
     }
     const uint32_t version = read_u32(in, path, "version");
-    if (version != 1 && version != kPoolVersion) {  // version 1: entries without contexts
-        throw ConfigError(path + ": pool file version must be 1 or " + std::to_string(kPoolVersion) +
-                          " (got " + std::to_string(version) + ")");
+    if (version < 1 || version > kPoolVersion) {  // 1: entries without contexts; 2: no texts
+        throw ConfigError(path + ": pool file version must be 1, 2 or " +
+                          std::to_string(kPoolVersion) + " (got " + std::to_string(version) + ")");
     }
     const uint32_t vocab = read_u32(in, path, "vocab_size");
     if (vocab != static_cast<uint32_t>(info.vocab_size)) {
@@ -391,11 +398,38 @@ void Session::load_pool(const std::string& path) {
                           info.architecture + "' (got '" + arch + "')");
     }
     NgramPool pool = NgramPool::read(in, path, info.vocab_size, /*with_contexts=*/version >= 2);
+    SharedPool texts;  // only its texts are used
+    if (version >= 3) {
+        const uint32_t count = read_u32(in, path, "text count");
+        for (uint32_t t = 0; t < count; ++t) {
+            const uint32_t len = read_u32(in, path, "text length");
+            if (len < 1 || len > SharedPool::kMaxTextTokens) {
+                throw ConfigError(path + ": pool text length must be in [1, " +
+                                  std::to_string(SharedPool::kMaxTextTokens) + "] (got " +
+                                  std::to_string(len) + " in text " + std::to_string(t) + ")");
+            }
+            std::vector<TokenId> text(len);
+            for (uint32_t i = 0; i < len; ++i) {
+                const uint32_t id = read_u32(in, path, "text token id");
+                if (id >= static_cast<uint32_t>(info.vocab_size)) {
+                    throw ConfigError(path + ": pool text token id must be < vocab_size " +
+                                      std::to_string(info.vocab_size) + " (got " +
+                                      std::to_string(id) + " in text " + std::to_string(t) + ")");
+                }
+                text[i] = static_cast<TokenId>(id);
+            }
+            texts.add_text(std::move(text));  // keeps the newest kMaxTextTokens, as saving did
+        }
+    }
     if (in.peek() != std::char_traits<char>::eof()) {
         throw ConfigError(path + ": trailing bytes after the pool data");
     }
     std::lock_guard<std::mutex> lock(impl_->pool->mutex);
     impl_->pool->pool = std::move(pool);
+    // The texts belong to the pool they came with: a file without texts leaves none (before, the
+    // session's own texts stayed, and a larger N rebuilt the pool from them, dropping the loaded one).
+    impl_->pool->texts = std::move(texts.texts);
+    impl_->pool->text_tokens = texts.text_tokens;
 }
 
 void Session::share_pool(Session& other) {

@@ -231,7 +231,7 @@ def test_pool_file_errors_name_the_file_and_field(tiny64, tiny_model_factory, tm
     path = tmp_path / "pool.bin"
     session.save_pool(path)
     data = path.read_bytes()
-    (tmp_path / "short.bin").write_bytes(data[:-3])
+    (tmp_path / "short.bin").write_bytes(data[:_pool_end(data) - 3])  # inside the pool (texts: below)
     with pytest.raises(ValueError, match=r"short\.bin: truncated"):
         session.load_pool(tmp_path / "short.bin")
     (tmp_path / "junk.bin").write_bytes(b"not a pool at all")
@@ -245,22 +245,53 @@ def test_pool_file_errors_name_the_file_and_field(tiny64, tiny_model_factory, tm
     assert session.pool_size > 0  # a failed load leaves the pool as it was
 
 
+def _u32(data: bytes, at: int) -> int:
+    return struct.unpack_from("<I", data, at)[0]
+
+
+def _pool_end(data: bytes) -> int:
+    """Offset where a version-3 file's pool ends and its texts begin."""
+    assert data[:8] == b"PYLAPOOL" and _u32(data, 8) == 3
+    at = 16 + 4 + _u32(data, 16)  # magic, version, vocab_size, architecture
+    ngram_len, keys = _u32(data, at), _u32(data, at + 8)
+    at += 12
+    for _ in range(keys):
+        count = _u32(data, at + 4)
+        at += 8 + count * (1 + 4 * ngram_len + 4 * 3)  # source byte, tokens, 3 context ids
+    return at
+
+
+def _pool_file_texts(data: bytes) -> list[list[int]]:
+    at = _pool_end(data)
+    texts = []
+    for _ in range(_u32(data, at)):
+        n = _u32(data, at + 4)
+        texts.append(list(struct.unpack_from(f"<{n}I", data, at + 8)))
+        at += 4 + 4 * n
+    assert at + 4 == len(data)
+    return texts
+
+
+def _pool_file_as_version_2(data: bytes) -> bytes:
+    """The same pool in the version-2 layout: no texts after the pool."""
+    return data[:8] + struct.pack("<I", 2) + data[12:_pool_end(data)]
+
+
 def _pool_file_as_version_1(data: bytes) -> bytes:
-    """The same pool in the version-1 layout: no context ids after each entry's tokens."""
-    u32 = lambda at: struct.unpack_from("<I", data, at)[0]  # noqa: E731
-    assert data[:8] == b"PYLAPOOL" and u32(8) == 2
-    at = 16 + 4 + u32(16)  # magic, version, vocab_size, architecture
-    ngram_len, keys = u32(at), u32(at + 8)
+    """The same pool in the version-1 layout: no texts, and no context ids after each entry's tokens."""
+    end = _pool_end(data)
+    at = 16 + 4 + _u32(data, 16)
+    ngram_len, keys = _u32(data, at), _u32(data, at + 8)
     out = bytearray(data[:8] + struct.pack("<I", 1) + data[12:at + 12])
     at += 12
     for _ in range(keys):
-        count = u32(at + 4)
+        count = _u32(data, at + 4)
         out += data[at:at + 8]
         at += 8
         for _ in range(count):
             out += data[at:at + 1 + 4 * ngram_len]  # source byte and tokens
             at += 1 + 4 * ngram_len + 4 * 3  # then 3 context ids, dropped
-    assert at == len(data)
+    assert at == end
     return bytes(out)
 
 
@@ -275,9 +306,60 @@ def test_pool_files_of_version_1_load_without_contexts(tiny64, tmp_path: Path) -
     assert loaded.pool_size == source.pool_size > 0
     out = loaded.generate(repetitive_prompt(3), 20, la(0, 4, 3), keep_pool=True)
     assert out.token_ids == Session(tiny64).generate(repetitive_prompt(3), 20).token_ids
-    (tmp_path / "v3.bin").write_bytes(data[:8] + struct.pack("<I", 3) + data[12:])
-    with pytest.raises(ValueError, match=r"v3\.bin: pool file version must be 1 or 2 \(got 3\)"):
-        loaded.load_pool(tmp_path / "v3.bin")
+    (tmp_path / "v4.bin").write_bytes(data[:8] + struct.pack("<I", 4) + data[12:])
+    with pytest.raises(ValueError, match=r"v4\.bin: pool file version must be 1, 2 or 3 \(got 4\)"):
+        loaded.load_pool(tmp_path / "v4.bin")
+
+
+def test_pool_file_keeps_the_texts_a_larger_n_rebuilds_from(tiny64, tmp_path: Path) -> None:
+    # A pool saved at N = 3 holds 2-grams; a run at N = 5 needs 4-grams. From the file's texts (prompt and output
+    # of the saving session's run) the loaded session rebuilds a 4-gram pool that verifies from the first step;
+    # from a version-2 file of the same pool (no texts) the cut pool is empty and the run starts cold.
+    prompt = repetitive_prompt(3)
+    source = Session(tiny64)
+    first = source.generate(prompt, 40, la(0, 3, 2))
+    source.save_pool(tmp_path / "pool.bin")
+    data = (tmp_path / "pool.bin").read_bytes()
+    assert _pool_file_texts(data) == [prompt + first.token_ids]
+    (tmp_path / "v2.bin").write_bytes(_pool_file_as_version_2(data))
+    ref = Session(tiny64).generate(prompt, 40)
+    cold = Session(tiny64).generate(prompt, 40, la(0, 5, 2))
+    runs = {}
+    for name in ("pool.bin", "v2.bin"):
+        loaded = Session(tiny64)
+        loaded.load_pool(tmp_path / name)
+        assert loaded.pool_size == source.pool_size > 0
+        runs[name] = loaded.generate(prompt, 40, la(0, 5, 2), keep_pool=True)
+        assert runs[name].token_ids == ref.token_ids
+    assert runs["pool.bin"].stats.steps < cold.stats.steps
+    assert runs["v2.bin"].stats.steps == cold.stats.steps
+    # Loading a file without texts drops the session's own texts with its pool: a larger N no longer rebuilds
+    # the pool from the earlier generation's text.
+    session = Session(tiny64)
+    session.generate(prompt, 40, la(0, 3, 2))
+    session.load_pool(tmp_path / "v2.bin")
+    assert session.generate(prompt, 40, la(0, 5, 2), keep_pool=True).stats.steps == cold.stats.steps
+
+
+def test_pool_file_texts_are_checked(tiny64, tmp_path: Path) -> None:
+    session = Session(tiny64)
+    session.generate(repetitive_prompt(1), 8, la(0, 3, 2))
+    session.save_pool(tmp_path / "pool.bin")
+    data = (tmp_path / "pool.bin").read_bytes()
+    at = _pool_end(data)  # u32 count, u32 length, ids
+    bad_id = bytearray(data)
+    struct.pack_into("<I", bad_id, at + 8, 97)
+    (tmp_path / "id.bin").write_bytes(bad_id)
+    with pytest.raises(ValueError, match=r"id\.bin: pool text token id must be < vocab_size 97 \(got 97 in text 0\)"):
+        session.load_pool(tmp_path / "id.bin")
+    empty = bytearray(data[:at + 4]) + struct.pack("<I", 0)
+    (tmp_path / "empty.bin").write_bytes(empty)
+    with pytest.raises(ValueError, match=r"empty\.bin: pool text length must be in \[1, 65536\] \(got 0 in text 0\)"):
+        session.load_pool(tmp_path / "empty.bin")
+    (tmp_path / "cut.bin").write_bytes(data[:-2])
+    with pytest.raises(ValueError, match=r"cut\.bin: not a pylookahead pool file \(truncated before text token id\)"):
+        session.load_pool(tmp_path / "cut.bin")
+    assert session.pool_size > 0
 
 
 def test_shared_pool_is_one_pool_until_reset(tiny64) -> None:

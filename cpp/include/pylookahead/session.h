@@ -158,11 +158,12 @@ class Session {
     int cached_tokens() const;
     // N-grams in this Session's pool.
     int64_t pool_size() const;
-    // Writes the pool to `path` (binary, see docs/session.md; via a temporary file and a
-    // rename). Throws ConfigError when the file cannot be written.
+    // Writes the pool to `path`: its n-grams and the texts (prompts and outputs) that a larger N
+    // rebuilds it from (binary, see docs/session.md; via a temporary file and a rename). Throws
+    // ConfigError when the file cannot be written.
     void save_pool(const std::string& path) const;
-    // Replaces the pool's n-grams with those saved in `path` (into the shared pool, if this
-    // Session shares one). Use them with GenerationConfig::keep_pool. Throws ConfigError naming
+    // Replaces the pool's n-grams and texts with those saved in `path` (a file of version 1 or 2
+    // has no texts: the pool then has none) (into the shared pool, if this Session shares one). Use them with GenerationConfig::keep_pool. Throws ConfigError naming
     // the file and the field when it cannot be read, is corrupt, or was saved for a model with
     // another architecture or vocab_size.
     void load_pool(const std::string& path);
