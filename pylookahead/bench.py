@@ -422,13 +422,27 @@ def _engine_stats(stats: Any) -> dict[str, Any]:
             continue
         if callable(value):
             continue
-        if isinstance(value, (bool, int, float, str)) or value is None:
+        if name == "auto_decisions":
+            out[name] = [_decision_json(d) for d in value]
+        elif isinstance(value, (bool, int, float, str)) or value is None:
             out[name] = value
         elif isinstance(value, (list, tuple)) and all(isinstance(v, (int, float)) for v in value):
             out[name] = list(value)
         else:
             out[name] = repr(value)
     return out
+
+
+def _decision_json(d: Any) -> dict[str, Any]:
+    """One AutoDecision: from `step` on, `config` ("greedy" or "W,N,G"), why, and what was predicted or judged."""
+    return {
+        "step": d.step,
+        "config": d.label,
+        "reason": d.reason,
+        "expected_tokens": d.expected_tokens,
+        "predicted_speedup": d.predicted_speedup,
+        "judged_speedup": d.judged_speedup,
+    }
 
 
 class EngineMethod(Method):
@@ -652,6 +666,12 @@ def summarize(name: str, method_info: dict[str, Any], records: list[tuple[RunRec
         "mismatches": sum(1 for _, eq in records if not eq),
     }
     engine = [r.engine for r, _ in records if r.engine]
+    decisions = [e["auto_decisions"] for e in engine if e.get("auto_decisions")]
+    if decisions:  # auto: in how many generations it fell back to greedy, and ran a Jacobi window
+        summary["auto_fallbacks"] = sum(1 for ds in decisions if any(d["reason"] == "fallback" for d in ds))
+        summary["auto_windowed"] = sum(
+            1 for ds in decisions if any(d["config"] != "greedy" and not d["config"].startswith("0,") for d in ds)
+        )
     if engine:
         for key in ("prefill_s", "decode_s", "accepted_from_prompt", "accepted_from_window"):
             if all(isinstance(e.get(key), (int, float)) for e in engine):

@@ -202,6 +202,16 @@ def test_bench_json_schema(bench_result: tuple[dict[str, Any], int]) -> None:
     assert "prefill_s" in result["methods"]["lookahead[4,4,4]"] and "prefill_s" not in result["methods"]["hf-greedy"]
 
     assert [p["id"] for p in result["prompts"]] == ["words", "chat"]
+    assert "lookahead[auto]" in names  # a float32 CPU session accepts "auto"
+    # auto's decisions per prompt, and in how many generations it fell back
+    runs = [p["results"]["lookahead[auto]"]["engine"]["auto_decisions"] for p in result["prompts"]]
+    for decisions in runs:
+        assert decisions[0]["step"] == 0 and decisions[0]["reason"] == "plan"
+        assert set(decisions[0]) == {"step", "config", "reason", "expected_tokens", "predicted_speedup",
+                                     "judged_speedup"}  # fmt: skip
+    auto = result["methods"]["lookahead[auto]"]
+    assert auto["auto_fallbacks"] == sum(any(d["reason"] == "fallback" for d in ds) for ds in runs)
+    assert 0 <= auto["auto_windowed"] <= 2
     for i, p in enumerate(result["prompts"]):
         assert set(p["results"]) == set(names)
         assert p["order"] == names[i % len(names) :] + names[: i % len(names)]  # rotated per prompt
