@@ -16,11 +16,11 @@ Methods (``--methods``):
 Every method is timed the same way: ``time.perf_counter`` around the ``generate`` call, prompt token ids already
 prepared (the engine's own ``prefill_s``/``decode_s`` are recorded too). Per method the summary has tok/s (median
 over prompts, and total = sum of tokens / sum of seconds), the speedup over greedy three ways (ratio of the
-medians, of the totals, and the median over prompts of the per-prompt ratio, "paired"), steps, the compression ratio (tokens per forward pass
-after the first: ``(new_tokens - 1) / steps``), the merged accepted-length histogram, the median time per step, and
-how many outputs equal the engine's greedy output token for token. Lookahead must always equal it (a mismatch is
-an engine bug: it is printed at once and the run exits with status 1); for transformers the count is reported
-(bfloat16 kernels differ, so near-ties may flip).
+medians, of the totals, and the median over prompts of the per-prompt ratio, "paired"), steps, the compression
+ratio (tokens per forward pass after the first: ``(new_tokens - 1) / steps``), the merged accepted-length
+histogram, the median time per step, and how many outputs equal the engine's greedy output token for token.
+Lookahead must always equal it (a mismatch is an engine bug: it is printed at once and the run exits with status
+1); for transformers the count is reported (bfloat16 kernels differ, so near-ties may flip).
 
 For transformers methods, steps and per-step times come from a streamer that records when each group of tokens
 is emitted (one group per forward pass, the prompt's first). Its cost is a host copy of a few ints per step.
@@ -630,8 +630,8 @@ def paired_speedups(
     records: Sequence[tuple[RunRecord, bool]], greedy: Sequence[tuple[RunRecord, bool]]
 ) -> list[float]:
     """Per prompt, a method's tok/s over greedy's on the same prompt (the two ran next to each other, so a
-    machine that speeds up or slows down over the run moves both). Their median is steadier than the ratio of
-    the two medians over prompts, which pairs different prompts."""
+    machine that speeds up or slows down over the run moves both). Their median compares each prompt with
+    itself, where the ratio of the two medians compares the median prompt of one method with that of the other."""
     out = []
     for (rec, _), (ref, _) in zip(records, greedy, strict=True):
         if rec.seconds > 0 and ref.seconds > 0 and ref.token_ids:

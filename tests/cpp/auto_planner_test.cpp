@@ -728,7 +728,7 @@ TEST(AutoController, FallsBackWhenSlowerThanGreedyAndProbesWithBackoff) {
 }
 
 // A shared machine slows down by half after the session measured its greedy steps at 1 s. A
-// verification-only run's one-row steps (no candidate) now take 2 s and its 7-row steps 2.2 s
+// verification-only run's one-row steps (no candidate) now take 2 s and its wider steps 2.2 s
 // for 2 tokens: it pays 1.43x against greedy now. Judged against the greedy steps measured
 // before (1 s) it would look 29% slower than greedy and fall back; judged against its own
 // one-row steps it stays. A run that is slow against its own one-row steps still falls back.
