@@ -424,6 +424,8 @@ void Session::load_pool(const std::string& path) {
     if (in.peek() != std::char_traits<char>::eof()) {
         throw ConfigError(path + ": trailing bytes after the pool data");
     }
+    // Auto's replays start from what the loaded pool's texts hold, as a run keeping it would.
+    impl_->shadow.seed_pools(texts);
     std::lock_guard<std::mutex> lock(impl_->pool->mutex);
     impl_->pool->pool = std::move(pool);
     // The texts belong to the pool they came with: a file without texts leaves none (before, the
@@ -442,6 +444,8 @@ void Session::share_pool(Session& other) {
                           ", " + std::to_string(theirs.vocab_size) + ")");
     }
     impl_->pool = other.impl_->pool;
+    std::lock_guard<std::mutex> lock(impl_->pool->mutex);
+    impl_->shadow.seed_pools(*impl_->pool);  // what the shared pool's texts hold now
 }
 
 }  // namespace pylookahead

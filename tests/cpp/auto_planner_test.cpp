@@ -401,6 +401,44 @@ TEST(HistoryShadow, KeptPoolsReplayLikeARealRunThatKeepsItsPool) {
     }
 }
 
+// A pool loaded from a file (or shared) comes with its texts: seeded from them, the replay of a
+// run that keeps that pool steps as the real run does. The pool was saved at N = 2, so every case
+// with a larger N rebuilds it from the texts, and N = 2 keeps it as it is.
+TEST(HistoryShadow, SeededPoolsReplayLikeARealRunOnALoadedPool) {
+    const std::vector<TokenId> first_text = mixed_text(400, 11);
+    const std::vector<TokenId> second_text(first_text.begin() + 60, first_text.end());
+    const int prompt_len = 120, max_new = 200;
+    for (const auto& [n, g] : kReplayCases) {
+        auto pool = std::make_shared<SharedPool>();
+        pool->add_text(
+            std::vector<TokenId>(first_text.begin(), first_text.begin() + prompt_len + max_new));
+        pool->pool = pool->pool_from_texts(1, NgramPool::kept_per_key(1));
+        OracleLm lm(second_text, 64, 1024);
+        DecodeRequest request;
+        request.prompt.assign(second_text.begin(), second_text.begin() + prompt_len);
+        request.max_new_tokens = max_new;
+        request.lookahead = verification_only(n, g);
+        request.pool = pool;
+        request.keep_pool = true;
+        AcceptanceModel model;
+        HistoryShadow seeded;
+        seeded.seed_pools(*pool);  // before the run adds its own text to the pool
+        const GenerationResult real = run_decode(lm, request, nullptr);
+        ASSERT_EQ(real.tokens, std::vector<TokenId>(second_text.begin() + prompt_len,
+                                                    second_text.begin() + prompt_len + max_new));
+        ReplayStats replay, cold_replay;
+        HistoryShadow cold;
+        seeded.start(request.prompt, &model, &replay, 0.0, /*keep_pools=*/true);
+        cold.start(request.prompt, &model, &cold_replay, 0.0, /*keep_pools=*/true);
+        for (int i = prompt_len; i < prompt_len + max_new - 2 + n; ++i) {
+            seeded.push(second_text[i], &model, &replay);
+            cold.push(second_text[i], &model, &cold_replay);
+        }
+        EXPECT_EQ(replay.steps(n, g), static_cast<double>(real.stats.steps)) << n << "," << g;
+        EXPECT_GT(cold_replay.steps(n, g), replay.steps(n, g)) << n << "," << g;
+    }
+}
+
 TEST(AutoPlanner, ReplayedVerificationOnlyConfigsUseTheirReplay) {
     AutoPlanner p;
     p.costs().set_table(table_of(1.0, mild));

@@ -132,6 +132,26 @@ def test_auto_keeps_the_pool_across_calls_when_asked(session: Session) -> None:
     assert out.token_ids == refs[tuple(REPETITIVE)]
 
 
+def test_auto_replays_see_a_loaded_pool(tiny_llama: Path, tmp_path: Path) -> None:
+    # A pool file carries its texts; load_pool seeds auto's replays with them, so with keep_pool=True auto
+    # predicts from the n-grams the run will verify: on a prompt it has seen with its answer, more than a
+    # session without the pool predicts. (A fixed cost table: no timing decides the plan.)
+    source = Session(tiny_llama)
+    ref = source.generate(MIXED, max_new_tokens=60, lookahead=LookaheadConfig(window_size=0, ngram_size=4,
+                                                                              verification_set_size=2))
+    source.save_pool(tmp_path / "pool.bin")
+    firsts = []
+    for load in (True, False):
+        session = Session(tiny_llama)
+        session.calibrate(costs=list(CHEAP.items()))
+        if load:
+            session.load_pool(tmp_path / "pool.bin")
+        out = session.generate(MIXED, max_new_tokens=60, lookahead="auto", keep_pool=True)
+        assert out.token_ids == ref.token_ids
+        firsts.append(out.stats.auto_decisions[0])
+    assert firsts[0].predicted_speedup > firsts[1].predicted_speedup, (firsts[0].label, firsts[1].label)
+
+
 def test_max_tokens_per_step_and_kv_room_cap_the_config(tiny_llama: Path) -> None:
     session = Session(tiny_llama, kv_capacity=REPETITIVE.__len__() + 40 + 12)
     session.calibrate(costs=CHEAP)

@@ -484,6 +484,10 @@ void HistoryShadow::clear_pools() {
     for (NgramPool& p : replay_pools_) p.clear();
 }
 
+void HistoryShadow::seed_pools(const SharedPool& source) {
+    for (NgramPool& p : replay_pools_) p = source.pool_from_texts(p.ngram_len(), p.capacity());
+}
+
 void HistoryShadow::push(TokenId token, AcceptanceModel* model, ReplayStats* replay,
                          double weight) {
     history_.push_back(token);

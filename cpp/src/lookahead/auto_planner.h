@@ -271,6 +271,11 @@ class HistoryShadow {
                double prompt_weight, bool keep_pools = false);
     // Empties the replay pools (Session::reset).
     void clear_pools();
+    // Replaces the replay pools with every n-gram of `source`'s texts (Session::load_pool,
+    // share_pool; the caller holds its mutex), as a real run that keeps that pool rebuilds it
+    // from them for a larger N. N-grams a pool holds beyond its texts (Jacobi-window ones, or
+    // text older than SharedPool::kMaxTextTokens) stay unseen.
+    void seed_pools(const SharedPool& source);
     // One emitted token (weight 1).
     void push(TokenId token, AcceptanceModel* model, ReplayStats* replay) {
         push(token, model, replay, 1.0);
