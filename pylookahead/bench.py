@@ -942,6 +942,9 @@ def format_table(result: dict[str, Any]) -> str:
             hist = m["accept_histogram"]
             lines.append(f"  {name} accepted-length histogram (k: steps): "
                          + ", ".join(f"{k}: {c}" for k, c in enumerate(hist) if k > 0 and c))  # fmt: skip
+        if "auto_fallbacks" in m:
+            lines.append(f"  {name}: fell back to greedy for a while in {m['auto_fallbacks']} of {m['prompts']} "
+                         f"generations, ran a Jacobi window in {m['auto_windowed']}")  # fmt: skip
     for name, reason in result["skipped_methods"].items():
         lines.append(f"  skipped {name}: {reason}")
     if result["lookahead_mismatches"]:

@@ -264,6 +264,9 @@ def test_table_and_plots(bench_result: tuple[dict[str, Any], int], tmp_path: Pat
     result, _ = bench_result
     table = bench.format_table(result)
     assert "lookahead[4,4,4]" in table and "hf-greedy" in table and "DIFFER" not in table
+    auto = result["methods"]["lookahead[auto]"]
+    assert (f"lookahead[auto]: fell back to greedy for a while in {auto['auto_fallbacks']} of 2 generations, "
+            f"ran a Jacobi window in {auto['auto_windowed']}") in table  # fmt: skip
     pytest.importorskip("matplotlib")
     spec = importlib.util.spec_from_file_location("plot_results", REPO / "benchmarks" / "plot_results.py")
     assert spec is not None and spec.loader is not None
