@@ -44,6 +44,7 @@ import argparse
 import datetime as _dt
 import gc
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -761,7 +762,7 @@ def run_benchmark(
     runners.append(EngineMethod("greedy", ref_session, None, {"kind": "engine", "lookahead": None,
                                                              "tokens_per_step": 1}))  # fmt: skip
     if "lookahead" in methods:
-        for spec, keep_pool in [(spec, keep) for spec in specs for keep in _POOL_MODES[args.pool]]:
+        for spec, keep_pool in itertools.product(specs, _POOL_MODES[args.pool]):
             name = _lookahead_name(spec) + ("+pool" if keep_pool else "")
             session = new_session()
             if spec == "auto":

@@ -163,9 +163,10 @@ class Session {
     // ConfigError when the file cannot be written.
     void save_pool(const std::string& path) const;
     // Replaces the pool's n-grams and texts with those saved in `path` (a file of version 1 or 2
-    // has no texts: the pool then has none) (into the shared pool, if this Session shares one). Use them with GenerationConfig::keep_pool. Throws ConfigError naming
-    // the file and the field when it cannot be read, is corrupt, or was saved for a model with
-    // another architecture or vocab_size.
+    // has no texts: the pool then has none), into the shared pool if this Session shares one.
+    // Use them with GenerationConfig::keep_pool. Throws ConfigError naming the file and the
+    // field when it cannot be read, is corrupt, or was saved for a model with another
+    // architecture or vocab_size.
     void load_pool(const std::string& path);
     // From now on this Session uses `other`'s pool (its own is dropped): both read and grow one
     // pool, under a mutex, also from parallel threads. Lookahead output does not depend on the
