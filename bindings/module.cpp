@@ -209,7 +209,9 @@ void bind_results(py::module_& m) {
         .def_readonly("max_position_embeddings", &ModelInfo::max_position_embeddings)
         .def_readonly("eos_token_ids", &ModelInfo::eos_token_ids)
         .def_readonly("packed_weights", &ModelInfo::packed_weights)
-        .def_readonly("linear_kernel", &ModelInfo::linear_kernel);
+        .def_readonly("linear_kernel", &ModelInfo::linear_kernel)
+        .def_readonly("linear_kernel_skipped", &ModelInfo::linear_kernel_skipped)
+        .def_readonly("cpu_isa", &ModelInfo::cpu_isa);
 }
 
 void bind_session(py::module_& m) {

@@ -87,6 +87,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         out = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=lookahead, **options)
         print(out.text)
     print(f"(model loaded in {load_s:.1f} s)", file=sys.stderr)
+    info = session.model.info
+    print(f"(linear kernel {info.linear_kernel}, CPU ISA {info.cpu_isa})", file=sys.stderr)
+    for skipped in info.linear_kernel_skipped:
+        print(f"(  passed over {skipped})", file=sys.stderr)
     label = "greedy" if lookahead is None else "auto" if lookahead == "auto" else f"lookahead {lookahead}"
     print(_summary(label, out))
     if lookahead == "auto":

@@ -59,7 +59,7 @@ void print_usage(std::ostream& os) {
        << "  --device NAME                    cpu, cuda or cuda:K (default " << engine.device
        << ")\n"
        << "  --threads INT                    CPU threads, 0 keeps libtorch's default\n"
-       << "  --linear-kernel NAME             auto, bf16-avx512, onednn or aten (default "
+       << "  --linear-kernel NAME             auto, bf16-avx512, avx2, onednn, generic or aten (default "
        << engine.linear_kernel << ")\n"
        << "  --temperature FLOAT              0 = greedy (default); > 0 samples\n"
        << "  --top-k INT, --top-p FLOAT       sampling filters (default off)\n"
@@ -230,6 +230,12 @@ int run(const Options& o) {
 
     std::printf("model: %s\n", model->info().architecture.c_str());
     std::printf("linear_kernel: %s\n", model->info().linear_kernel.c_str());
+    std::printf("cpu_isa: %s\n", model->info().cpu_isa.c_str());
+    std::string skipped;
+    for (const std::string& s : model->info().linear_kernel_skipped) {
+        skipped += (skipped.empty() ? "" : " | ") + s;
+    }
+    std::printf("linear_kernel_skipped: %s\n", skipped.c_str());
     std::printf("prompt_ids: %s\n", join(o.prompt).c_str());
     std::printf("lookahead_config: W=%d N=%d G=%d\n", o.lookahead.window_size,
                 o.lookahead.ngram_size, o.lookahead.verification_set_size);

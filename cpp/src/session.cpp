@@ -14,6 +14,7 @@
 #include "check.h"
 #include "io/binary_io.h"
 #include "io/model_config.h"
+#include "kernels/cpu_isa.h"
 #include "lookahead/auto_planner.h"
 #include "model/transformer.h"
 #include "runtime/torch_step_model.h"
@@ -30,28 +31,12 @@ at::ScalarType parse_dtype(const std::string& s) {
     throw ConfigError("dtype must be one of float32, bfloat16, float16, float64 (got '" + s + "')");
 }
 
-// EngineConfig::linear_kernel / ModelInfo::linear_kernel names of the kernels.
-constexpr std::pair<const char*, Transformer::LinearKernel> kLinearKernelNames[] = {
-    {"bf16-avx512", Transformer::LinearKernel::kBf16Dot},
-    {"onednn", Transformer::LinearKernel::kOneDnnPacked},
-    {"aten", Transformer::LinearKernel::kAten},
-};
-
 // nullopt = "auto".
 std::optional<Transformer::LinearKernel> parse_linear_kernel(const std::string& s) {
     if (s == "auto") return std::nullopt;
-    for (const auto& [name, kernel] : kLinearKernelNames) {
-        if (s == name) return kernel;
-    }
-    throw ConfigError("linear_kernel must be one of auto, bf16-avx512, onednn, aten (got '" + s +
+    if (auto kernel = linear_kernel_from_name(s)) return kernel;
+    throw ConfigError("linear_kernel must be one of auto, " + linear_kernel_names() + " (got '" + s +
                       "')");
-}
-
-std::string linear_kernel_name(Transformer::LinearKernel kernel) {
-    for (const auto& [name, k] : kLinearKernelNames) {
-        if (k == kernel) return name;
-    }
-    return "aten";  // not reached: every kernel is named above
 }
 
 at::Device parse_device(const std::string& s) {
@@ -121,11 +106,13 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
     info.vocab_size = config.vocab_size;
     info.max_position_embeddings = config.max_position_embeddings;
     info.eos_token_ids = config.eos_token_ids;
+    info.cpu_isa = cpu_isa_name(cpu_isa());
     try {
         impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
                                                           parse_linear_kernel(engine.linear_kernel));
         info.packed_weights = impl->transformer->packed_weights();
         info.linear_kernel = linear_kernel_name(impl->transformer->linear_kernel());
+        info.linear_kernel_skipped = impl->transformer->linear_kernel_skipped();
     } catch (const c10::Error& e) {
         throw ModelLoadError(model_dir + ": loading weights failed: " + e.what_without_backtrace());
     }

@@ -17,15 +17,32 @@ from pathlib import Path
 import pylookahead
 
 
-def run_pylookahead(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def _child_env(extra_env: dict[str, str] | None) -> dict[str, str]:
+    env = dict(os.environ, **(extra_env or {}))
     package_root = str(Path(pylookahead.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join([package_root, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def run_pylookahead(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pylookahead", *args],
         capture_output=True,
         text=True,
-        env=env,
+        env=_child_env(None),
+        cwd=tempfile.gettempdir(),
+        timeout=timeout,
+    )
+
+
+def run_python(code: str, *args: str, env: dict[str, str] | None = None,
+               timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -c code args...` with `env` added to this process's environment."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env=_child_env(env),
         cwd=tempfile.gettempdir(),
         timeout=timeout,
     )

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import pylookahead
+from kernel_support import kernels_here
 import torch
 
 pytestmark = pytest.mark.cpp_package
@@ -196,10 +197,11 @@ def test_example_against_cmake_install(installed_prefix: Path, tiny_llama: Path,
 def _check_linear_kernels(exe: Path, model_dir: Path) -> None:
     """EngineConfig::linear_kernel through the C++ API: each kernel that runs here gives lookahead == greedy in
     bf16 and the ids Python gets with the same kernel; a kernel that cannot run is a ConfigError (exit 2)."""
-    kernels = ["aten"] + (["onednn"] if torch.backends.mkldnn.is_available() else [])
-    auto = pylookahead.Model(model_dir, dtype="bfloat16").info.linear_kernel
-    if auto not in kernels:
-        kernels.append(auto)
+    kernels = kernels_here(model_dir, "bfloat16")
+    auto = pylookahead.Model(model_dir, dtype="bfloat16").info
+    out = _run_example(exe, [str(model_dir), "--ids", "1,2", "--dtype", "bfloat16", "--max-new-tokens", "2"])
+    assert (out["linear_kernel"], out["cpu_isa"]) == (auto.linear_kernel, auto.cpu_isa)
+    assert out["linear_kernel_skipped"] == " | ".join(auto.linear_kernel_skipped)
     flags = ["-W", "2", "-N", "4", "-G", "3", "--max-new-tokens", "24", "--dtype", "bfloat16", "--threads", "1"]
     for kernel in kernels:
         out = _run_example(exe, [str(model_dir), "--ids", ",".join(map(str, PROMPT)), *flags, "--linear-kernel", kernel])

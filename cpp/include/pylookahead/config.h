@@ -106,9 +106,11 @@ struct EngineConfig {
     std::string dtype = "float32";  // compute dtype: "float32", "bfloat16", "float16" or "float64"
     int num_threads = 0;            // intra-op CPU threads; 0 keeps libtorch's setting. > 0 sets
                                     // libtorch's process-wide count (at::set_num_threads) in load()
-    // Kernel of the linear layers (docs/design.md, "Exactness"): "auto" (the fastest that this
-    // dtype, device and CPU allow), "bf16-avx512", "onednn" or "aten". A kernel that cannot run
-    // here, or that fails the load-time row-invariance probe, is a ConfigError at load.
+    // Kernel of the linear layers (docs/design.md, "Exactness"): "auto" (the first of
+    // bf16-avx512, avx2, onednn, generic, aten that this dtype, device and CPU allow and that
+    // passes the load-time row-invariance probe; ModelInfo says which and why not the others),
+    // or one of those names. A named kernel that cannot run here, or that fails the probe, is a
+    // ConfigError at load naming the kernel, the dtype and what the CPU lacks.
     std::string linear_kernel = "auto";
 
     // Throws ConfigError for an unknown dtype, a malformed device, a CUDA device when this

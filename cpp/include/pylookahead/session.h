@@ -39,9 +39,16 @@ struct ModelInfo {
     int max_position_embeddings = 0;
     std::vector<TokenId> eos_token_ids;  // from generation_config.json, else config.json
     bool packed_weights = false;       // CPU linear weights pre-packed (docs/design.md)
-    // Kernel of the linear layers: "bf16-avx512" (bf16 on a CPU with AVX512-BF16), "onednn"
-    // (other CPU bf16, fp32), "aten" (at::linear: fp16, fp64, CUDA, or a failed probe).
+    // Kernel of the linear layers: "bf16-avx512" (bf16 on a CPU with AVX512-BF16), "avx2"
+    // (fp32, fp16, bf16 on a CPU with AVX2 + FMA + F16C), "onednn" (oneDNN's packed linear),
+    // "generic" (the engine's kernel without SIMD assumptions), "aten" (at::linear: fp64, CUDA).
     std::string linear_kernel = "aten";
+    // The kernels `auto` passed over before linear_kernel, each "name: reason" (the dtype, what
+    // the CPU lacks, an error of the kernel's library, a failed row-invariance probe).
+    std::vector<std::string> linear_kernel_skipped;
+    // Vector ISA level of the engine's own kernels: "avx512bf16", "avx512", "avx2" or "generic"
+    // (the CPU's, under any PYLOOKAHEAD_CPU_ISA cap).
+    std::string cpu_isa;
 };
 
 // Loaded weights of one Llama-family checkpoint (LlamaForCausalLM, Qwen2ForCausalLM,

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "check.h"
+#include "kernels/cpu_isa.h"
 
 namespace pylookahead {
 
@@ -18,12 +19,13 @@ namespace {
 // is compiled with -ffp-contract=off, and nothing is reassociated), independent of how many rows,
 // slots or threads a call has, so a row's result is a function of its own inputs only. The work
 // is written with 16-float vectors (GCC vector extensions: one zmm register on AVX-512, two ymm on
-// AVX2, four xmm otherwise); a vector lane does exactly what the scalar code would, so the per-ISA
-// clones below (picked once per process by the loader) even agree with each other.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define PYLA_ISA_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// AVX2, four xmm or NEON registers otherwise); a vector lane does exactly what the scalar code
+// would, so the per-ISA builds below (picked per call from cpu_isa(), which honours the
+// PYLOOKAHEAD_CPU_ISA cap) even agree with each other.
+#if defined(__GNUC__) && defined(__x86_64__)
+#define PYLA_HAVE_ISA_BUILDS 1
 #else
-#define PYLA_ISA_CLONES
+#define PYLA_HAVE_ISA_BUILDS 0
 #endif
 #define PYLA_INLINE inline __attribute__((always_inline))
 
@@ -151,38 +153,35 @@ PYLA_INLINE void attend_dispatch(int ng, const float* q, const float* kt, const 
     }
 }
 
-// The per-ISA entry points (target_clones needs plain functions, so one per dtype).
-PYLA_ISA_CLONES void attend_f32(int ng, const float* q, const float* kt, const float* vf, int64_t d,
-                                int64_t dp, int64_t sp, const int32_t* slots, int64_t n,
-                                float scale, float* sc, float* out, int64_t out_stride) {
-    attend_dispatch<float>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
-}
-PYLA_ISA_CLONES void attend_bf16(int ng, const float* q, const float* kt, const float* vf,
-                                 int64_t d, int64_t dp, int64_t sp, const int32_t* slots,
-                                 int64_t n, float scale, float* sc, at::BFloat16* out,
-                                 int64_t out_stride) {
-    attend_dispatch<at::BFloat16>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
-}
-PYLA_ISA_CLONES void attend_f16(int ng, const float* q, const float* kt, const float* vf, int64_t d,
-                                int64_t dp, int64_t sp, const int32_t* slots, int64_t n,
-                                float scale, float* sc, at::Half* out, int64_t out_stride) {
-    attend_dispatch<at::Half>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
-}
+// The per-ISA entry points: one build of attend_dispatch<T> per target, chosen per call.
+#define PYLA_ATTEND_BUILD(NAME, TARGET)                                                          \
+    template <typename T>                                                                        \
+    TARGET void NAME(int ng, const float* q, const float* kt, const float* vf, int64_t d,        \
+                     int64_t dp, int64_t sp, const int32_t* slots, int64_t n, float scale,       \
+                     float* sc, T* out, int64_t out_stride) {                                    \
+        attend_dispatch<T>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);      \
+    }
+PYLA_ATTEND_BUILD(attend_generic, )
+#if PYLA_HAVE_ISA_BUILDS
+PYLA_ATTEND_BUILD(attend_avx2, __attribute__((target("arch=x86-64-v3"))))
+PYLA_ATTEND_BUILD(attend_avx512, __attribute__((target("arch=x86-64-v4"))))
+#endif
+#undef PYLA_ATTEND_BUILD
 
+template <typename T>
 void attend(int ng, const float* q, const float* kt, const float* vf, int64_t d, int64_t dp,
-            int64_t sp, const int32_t* slots, int64_t n, float scale, float* sc, float* out,
+            int64_t sp, const int32_t* slots, int64_t n, float scale, float* sc, T* out,
             int64_t out_stride) {
-    attend_f32(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
-}
-void attend(int ng, const float* q, const float* kt, const float* vf, int64_t d, int64_t dp,
-            int64_t sp, const int32_t* slots, int64_t n, float scale, float* sc, at::BFloat16* out,
-            int64_t out_stride) {
-    attend_bf16(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
-}
-void attend(int ng, const float* q, const float* kt, const float* vf, int64_t d, int64_t dp,
-            int64_t sp, const int32_t* slots, int64_t n, float scale, float* sc, at::Half* out,
-            int64_t out_stride) {
-    attend_f16(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+#if PYLA_HAVE_ISA_BUILDS
+    static const CpuIsa isa = cpu_isa();
+    if (isa >= CpuIsa::kAvx512) {
+        return attend_avx512<T>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+    }
+    if (isa >= CpuIsa::kAvx2) {
+        return attend_avx2<T>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+    }
+#endif
+    attend_generic<T>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
 }
 
 // dtype -> fp32 (exact for every dtype here). bf16 is the top half of an fp32.

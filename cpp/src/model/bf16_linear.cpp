@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "check.h"
+#include "kernels/cpu_isa.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -103,10 +104,7 @@ PYLA_BF16_TARGET void run_blocks(const uint16_t* x, int64_t rows, int64_t x_stri
 
 bool bf16_linear_supported() {
 #if PYLA_HAVE_BF16_KERNEL
-    static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") &&
-                           __builtin_cpu_supports("avx512bf16");
-    return ok;
+    return cpu_isa() >= CpuIsa::kAvx512Bf16;
 #else
     return false;
 #endif

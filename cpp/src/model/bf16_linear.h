@@ -15,7 +15,8 @@
 
 namespace pylookahead {
 
-// True when this CPU runs the kernel (AVX512F, AVX512BW, AVX512VL and AVX512-BF16).
+// True when the kernel may run: cpu_isa() (the CPU's level under any PYLOOKAHEAD_CPU_ISA cap)
+// has AVX512F, AVX512BW, AVX512VL and AVX512-BF16.
 bool bf16_linear_supported();
 
 // W [N, K] -> packed weight for bf16_linear(): [ceil(N/16), K/2, 16, 2] bf16 (output rows padded

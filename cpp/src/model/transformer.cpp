@@ -10,7 +10,9 @@
 
 #include "check.h"
 #include "model/attention.h"
+#include "kernels/cpu_isa.h"
 #include "model/bf16_linear.h"
+#include "model/fma_linear_op.h"
 #include "io/safetensors.h"
 #include "pylookahead/errors.h"
 
@@ -170,81 +172,179 @@ const std::optional<c10::OperatorHandle>& linear_op() {
 
 }  // namespace
 
-void Transformer::pack_weights(std::optional<LinearKernel> want) {
-    if (want == LinearKernel::kAten) return;
-    const std::string name = want == LinearKernel::kBf16Dot ? "bf16-avx512" : "onednn";
-    const std::string got = "dtype " + std::string(c10::toString(dtype_)) + " on " + device_.str();
+namespace {
+
+// Every kernel by name, in the order `auto` tries them (expected speed, fastest first).
+constexpr std::pair<const char*, Transformer::LinearKernel> kKernelNames[] = {
+    {"bf16-avx512", Transformer::LinearKernel::kBf16Dot},
+    {"avx2", Transformer::LinearKernel::kAvx2},
+    {"onednn", Transformer::LinearKernel::kOneDnnPacked},
+    {"generic", Transformer::LinearKernel::kGeneric},
+    {"aten", Transformer::LinearKernel::kAten},
+};
+
+// The fma_linear path of a kernel that has one.
+CpuIsa fma_path(Transformer::LinearKernel kernel) {
+    return kernel == Transformer::LinearKernel::kAvx2 ? CpuIsa::kAvx2 : CpuIsa::kGeneric;
+}
+
+bool is_fma(Transformer::LinearKernel kernel) {
+    return kernel == Transformer::LinearKernel::kAvx2 || kernel == Transformer::LinearKernel::kGeneric;
+}
+
+}  // namespace
+
+const char* linear_kernel_name(Transformer::LinearKernel kernel) {
+    for (const auto& [name, k] : kKernelNames) {
+        if (k == kernel) return name;
+    }
+    return "aten";  // not reached: every kernel is named above
+}
+
+std::optional<Transformer::LinearKernel> linear_kernel_from_name(const std::string& name) {
+    for (const auto& [n, k] : kKernelNames) {
+        if (name == n) return k;
+    }
+    return std::nullopt;
+}
+
+std::string linear_kernel_names() {
+    std::string out;
+    for (const auto& [name, k] : kKernelNames) out += (out.empty() ? "" : ", ") + std::string(name);
+    return out;
+}
+
+std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
+    const bool cpu = device_.is_cpu();
+    const std::string where = "dtype " + std::string(c10::toString(dtype_)) + " on " + device_.str();
+    switch (kernel) {
+        case LinearKernel::kAten: return "";
+        case LinearKernel::kBf16Dot: {
+            const bool even = config_.hidden_size % 2 == 0 && config_.intermediate_size % 2 == 0 &&
+                              (config_.num_attention_heads * config_.head_dim) % 2 == 0;
+            if (!cpu || dtype_ != at::kBFloat16 || !even) {
+                return "needs dtype bfloat16 on the CPU and even layer widths (got " + where + ")";
+            }
+            const std::string isa = cpu_isa_shortfall(CpuIsa::kAvx512Bf16);
+            return isa.empty() ? "" : "needs AVX512F, AVX512BW, AVX512VL and AVX512-BF16 (" + isa + ")";
+        }
+        case LinearKernel::kAvx2:
+        case LinearKernel::kGeneric: {
+            if (!cpu || (dtype_ != at::kFloat && dtype_ != at::kHalf && dtype_ != at::kBFloat16)) {
+                return "needs dtype float32, float16 or bfloat16 on the CPU (got " + where + ")";
+            }
+            if (kernel == LinearKernel::kGeneric) return "";
+            const std::string isa = cpu_isa_shortfall(CpuIsa::kAvx2);
+            return isa.empty() ? "" : "needs AVX2, FMA and F16C (" + isa + ")";
+        }
+        case LinearKernel::kOneDnnPacked: {
+            if (!cpu || (dtype_ != at::kBFloat16 && dtype_ != at::kFloat) || !at::hasMKLDNN() ||
+                !reorder_op() || !linear_op()) {
+                return "needs dtype bfloat16 or float32 on the CPU and a libtorch with oneDNN (got " +
+                       where + ")";
+            }
+            // oneDNN's bf16 reorder refuses CPUs without AVX-512 (or AVX-NE-CONVERT); checked here
+            // so that the ISA cap also covers it.
+            const std::string isa = dtype_ == at::kBFloat16 ? cpu_isa_shortfall(CpuIsa::kAvx512) : "";
+            return isa.empty() ? "" : "needs AVX-512 for bfloat16 (" + isa + ")";
+        }
+    }
+    return "";
+}
+
+bool Transformer::try_kernel(LinearKernel kernel) {
+    std::function<at::Tensor(const at::Tensor&)> pack;
+    if (kernel == LinearKernel::kBf16Dot) {
+        pack = bf16_linear_pack;
+    } else if (is_fma(kernel)) {
+        pack = [path = fma_path(kernel)](const at::Tensor& w) { return fma_linear_pack(w, path); };
+    } else {
+        pack = [](const at::Tensor& w) {
+            torch::jit::Stack stack{w, c10::IValue(static_cast<int64_t>(2))};
+            reorder_op()->callBoxed(&stack);
+            return stack[0].toTensor();
+        };
+    }
+    // The engine's kernels are row-invariant at every row count; oneDNN from 2 rows on.
+    const int min_rows = kernel == LinearKernel::kOneDnnPacked ? 2 : 1;
+    // The engine's kernels add biases in fp32: converted once at load, not on every call.
+    const bool fp32_bias = kernel != LinearKernel::kOneDnnPacked;
     // Exactness needs each row of a step to get the same bits whatever the step's row count.
     // Probe that on this CPU with the first layer's qkv (and bias), packed for `kernel`, before
-    // packing the rest; on a failed probe linear() stays on at::linear.
+    // packing the rest.
+    LayerWeights& first = layers_.front();
+    const at::Tensor packed_qkv = pack(first.qkv);
+    at::Tensor bias = first.qkv_bias;
+    if (bias.defined() && fp32_bias) bias = bias.to(at::kFloat);
     const int64_t hid = config_.hidden_size;
-    const LayerWeights& first = layers_.front();
-    auto try_kernel = [&](LinearKernel kernel, int min_rows,
-                          const std::function<at::Tensor(const at::Tensor&)>& pack) {
-        const at::Tensor packed_qkv = pack(first.qkv);
-        kernel_ = kernel;
-        const at::Tensor probe =
-            at::linspace(-3.0, 3.0, 17 * hid).sin().reshape({17, hid}).to(dtype_);
-        const int64_t n = first.qkv.size(0);
-        const at::Tensor all = linear(probe, packed_qkv, first.qkv_bias, n);
-        for (int64_t m : {1, 2, 3, 5, 8, 9}) {
-            if (m < min_rows) continue;
-            if (!at::equal(linear(probe.narrow(0, 0, m), packed_qkv, first.qkv_bias, n),
-                           all.narrow(0, 0, m))) {
-                kernel_ = LinearKernel::kAten;
-                if (!want) return false;
-                throw ConfigError("linear_kernel '" + name + "' gives a row different bits at "
-                                  "different row counts on this CPU (load-time probe); use 'auto'");
-            }
+    const at::Tensor probe = at::linspace(-3.0, 3.0, 17 * hid).sin().reshape({17, hid}).to(dtype_);
+    const int64_t n = first.qkv.size(0);
+    const LinearKernel before = kernel_;
+    kernel_ = kernel;
+    const at::Tensor all = linear(probe, packed_qkv, bias, n);
+    for (int64_t m : {1, 2, 3, 5, 8, 9}) {
+        if (m < min_rows) continue;
+        if (!at::equal(linear(probe.narrow(0, 0, m), packed_qkv, bias, n), all.narrow(0, 0, m))) {
+            kernel_ = before;
+            return false;
         }
-        for (LayerWeights& lw : layers_) {
-            lw.qkv = &lw == &first ? packed_qkv : pack(lw.qkv);
-            lw.o = pack(lw.o);
-            lw.gate_up = pack(lw.gate_up);
-            lw.down = pack(lw.down);
+    }
+    for (LayerWeights& lw : layers_) {
+        lw.qkv = &lw == &first ? packed_qkv : pack(lw.qkv);
+        lw.o = pack(lw.o);
+        lw.gate_up = pack(lw.gate_up);
+        lw.down = pack(lw.down);
+        if (fp32_bias) {
+            if (lw.qkv_bias.defined()) lw.qkv_bias = lw.qkv_bias.to(at::kFloat);
+            if (lw.o_bias.defined()) lw.o_bias = lw.o_bias.to(at::kFloat);
         }
-        lm_head_ = pack(lm_head_);  // a packed copy when tied: the embedding keeps its layout
-        return true;
-    };
+    }
+    lm_head_ = pack(lm_head_);  // a packed copy when tied: the embedding keeps its layout
+    return true;
+}
 
-    const bool bf16_ok = device_.is_cpu() && dtype_ == at::kBFloat16 && bf16_linear_supported() &&
-                         hid % 2 == 0 && config_.intermediate_size % 2 == 0 &&
-                         (config_.num_attention_heads * config_.head_dim) % 2 == 0;
-    if (want == LinearKernel::kBf16Dot && !bf16_ok) {
-        throw ConfigError("linear_kernel 'bf16-avx512' needs dtype bfloat16 on a CPU with AVX512F, "
-                          "AVX512BW, AVX512VL and AVX512-BF16 (got " + got +
-                          (bf16_linear_supported() ? "" : ", a CPU without them") + ")");
-    }
-    if (bf16_ok && want != LinearKernel::kOneDnnPacked) {
-        if (try_kernel(LinearKernel::kBf16Dot, 1, bf16_linear_pack)) {
-            // The kernel adds biases in fp32: convert them once here, not on every call.
-            for (LayerWeights& lw : layers_) {
-                if (lw.qkv_bias.defined()) lw.qkv_bias = lw.qkv_bias.to(at::kFloat);
-                if (lw.o_bias.defined()) lw.o_bias = lw.o_bias.to(at::kFloat);
-            }
-            return;
+void Transformer::pack_weights(std::optional<LinearKernel> want) {
+    if (want) {
+        const std::string name = linear_kernel_name(*want);
+        const std::string why = kernel_shortfall(*want);
+        if (!why.empty()) throw ConfigError("linear_kernel '" + name + "' " + why);
+        if (*want == LinearKernel::kAten) return;
+        bool passed = false;
+        try {
+            passed = try_kernel(*want);
+        } catch (const c10::Error& e) {
+            kernel_ = LinearKernel::kAten;
+            throw ConfigError("linear_kernel '" + name + "' cannot run here: " +
+                              e.what_without_backtrace());
         }
-    }
-    // bf16 and fp32 on CPU through oneDNN: at::linear would reorder a bf16 weight on every call
-    // or run fp32 on MKL, whose rows change bits between M = 2, 3 and 4.
-    const bool onednn_ok = device_.is_cpu() && (dtype_ == at::kBFloat16 || dtype_ == at::kFloat) &&
-                           at::hasMKLDNN() && reorder_op() && linear_op();
-    if (!onednn_ok) {
-        if (want == LinearKernel::kOneDnnPacked) {
-            throw ConfigError("linear_kernel 'onednn' needs dtype bfloat16 or float32 on the CPU "
-                              "and a libtorch with oneDNN (got " + got + ")");
+        if (!passed) {
+            throw ConfigError("linear_kernel '" + name + "' gives a row different bits at "
+                              "different row counts on this CPU (load-time probe); use 'auto'");
         }
         return;
     }
-    try_kernel(LinearKernel::kOneDnnPacked, 2, [](const at::Tensor& w) {
-        torch::jit::Stack stack{w, c10::IValue(static_cast<int64_t>(2))};
-        reorder_op()->callBoxed(&stack);
-        return stack[0].toTensor();
-    });
+    // `auto`: the candidates in order of expected speed (benchmarks/linear_kernels.py); the
+    // first that can run, packs and passes the probe wins. aten always runs.
+    for (const auto& [name, kernel] : kKernelNames) {
+        const std::string why = kernel_shortfall(kernel);
+        if (!why.empty()) {
+            skipped_.push_back(std::string(name) + ": " + why);
+            continue;
+        }
+        if (kernel == LinearKernel::kAten) return;
+        try {
+            if (try_kernel(kernel)) return;
+            skipped_.push_back(std::string(name) + ": failed the load-time row-invariance probe");
+        } catch (const c10::Error& e) {
+            // Only the first layer's qkv was packed (the probe's copy): the weights are intact.
+            kernel_ = LinearKernel::kAten;
+            skipped_.push_back(std::string(name) + ": " + e.what_without_backtrace());
+        }
+    }
 }
 
 int Transformer::min_invariant_rows() const {
-    if (kernel_ == LinearKernel::kBf16Dot) return 1;
+    if (kernel_ == LinearKernel::kBf16Dot || is_fma(kernel_)) return 1;
     if (kernel_ == LinearKernel::kOneDnnPacked || dtype_ == at::kBFloat16 || dtype_ == at::kHalf) {
         return 2;
     }
@@ -254,6 +354,7 @@ int Transformer::min_invariant_rows() const {
 at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                                int64_t n) const {
     if (kernel_ == LinearKernel::kBf16Dot) return bf16_linear(x.contiguous(), w, n, bias);
+    if (is_fma(kernel_)) return fma_linear(x, w, n, bias, fma_path(kernel_), dtype_);
     if (kernel_ == LinearKernel::kAten) {
         return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);
     }

@@ -18,7 +18,7 @@ namespace pylookahead {
 struct LayerWeights {
     at::Tensor input_norm;     // [hidden]
     at::Tensor qkv;            // [(H + 2 Hkv) D, hidden]  q, k, v projections fused
-    at::Tensor qkv_bias;       // [(H + 2 Hkv) D] or undefined (fp32 with the bf16-avx512 kernel)
+    at::Tensor qkv_bias;       // [(H + 2 Hkv) D] or undefined (fp32 with the engine's kernels)
     at::Tensor o;              // [hidden, H D]
     at::Tensor o_bias;         // [hidden] or undefined (likewise)
     at::Tensor post_norm;      // [hidden]
@@ -31,10 +31,14 @@ class Transformer {
     // Loads and validates every tensor of `model_dir` against `config`, casting to `dtype` on
     // `device`. Throws ModelLoadError naming the file and tensor on a missing, unexpected or
     // mis-shaped tensor.
-    enum class LinearKernel { kAten, kOneDnnPacked, kBf16Dot };
+    // Kernels of the linear layers (docs/design.md): kBf16Dot (bf16_linear.h, AVX512-BF16),
+    // kAvx2 and kGeneric (kernels/fma_linear.h on its avx2 or generic path), kOneDnnPacked
+    // (oneDNN's prepacked linear), kAten (at::linear).
+    enum class LinearKernel { kAten, kOneDnnPacked, kBf16Dot, kAvx2, kGeneric };
 
-    // `linear_kernel`: the kernel to use (ConfigError if it cannot run here or fails the probe);
-    // nullopt = the fastest that passes.
+    // `linear_kernel`: the kernel to use (ConfigError naming the kernel, the dtype and what the
+    // CPU lacks if it cannot run here, or if it fails the probe); nullopt = the first of the
+    // candidates for the dtype, in order of expected speed, that loads and passes the probe.
     Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
                 at::Device device, std::optional<LinearKernel> linear_kernel = std::nullopt);
 
@@ -59,10 +63,12 @@ class Transformer {
 
     // How the linear layers run (see linear()).
     LinearKernel linear_kernel() const { return kernel_; }
+    // The candidates `auto` passed over before linear_kernel(), each as "name: reason".
+    const std::vector<std::string>& linear_kernel_skipped() const { return skipped_; }
     // True when the CPU linear weights are held pre-packed (oneDNN's or bf16_linear's layout).
     bool packed_weights() const { return kernel_ != LinearKernel::kAten; }
     // Fewest rows a decode step must run so that every row's result has the same bits as in a
-    // step of any other size >= that: 1 with bf16_linear (row-invariant by construction), 2 with
+    // step of any other size >= that: 1 with the engine's kernels (row-invariant by construction), 2 with
     // oneDNN-packed weights or bf16/fp16 (the GEMMs differ at M = 1), 4 for MKL fp32/fp64
     // (measured on the CPUs here; see docs/design.md).
     int min_invariant_rows() const;
@@ -74,8 +80,14 @@ class Transformer {
     // rows) and runs fp32 on MKL (other bits). `n` = output features (W's rows).
     at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
                       int64_t n) const;
-    // Packs every linear weight for the chosen kernel of linear().
+    // Chooses the kernel of linear() and packs every linear weight for it.
     void pack_weights(std::optional<LinearKernel> want);
+    // Why `kernel` cannot run for this model here ("" when it can): dtype, device, CPU features.
+    std::string kernel_shortfall(LinearKernel kernel) const;
+    // Probes `kernel` for row invariance on the first layer's qkv and, when it passes, packs every
+    // weight for it. False on a failed probe (weights untouched); exceptions of the packing
+    // (e.g. oneDNN refusing this CPU) propagate.
+    bool try_kernel(LinearKernel kernel);
     at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
     // q [R, H, D], keys/values [Hkv, S, D], mask [R, S] bool or nullopt -> [R, H, D]
     at::Tensor sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
@@ -92,6 +104,14 @@ class Transformer {
     at::Tensor lm_head_;       // [V, hidden] (the embedding when tied)
     at::Tensor inv_freq_;      // [D / 2] fp32, rope scaling applied
     LinearKernel kernel_ = LinearKernel::kAten;  // and the layout of the linear weights
+    std::vector<std::string> skipped_;
 };
+
+// Kernel names as EngineConfig::linear_kernel and ModelInfo::linear_kernel spell them.
+const char* linear_kernel_name(Transformer::LinearKernel kernel);
+// The kernel called `name`; nullopt when no kernel has that name.
+std::optional<Transformer::LinearKernel> linear_kernel_from_name(const std::string& name);
+// "bf16-avx512, avx2, onednn, generic, aten": every name, for error messages.
+std::string linear_kernel_names();
 
 }  // namespace pylookahead

@@ -1,0 +1,112 @@
+#include "kernels/fma_linear.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "check.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define PYLA_HAVE_AVX2_PATH 1
+#else
+#define PYLA_HAVE_AVX2_PATH 0
+#endif
+
+namespace pylookahead {
+
+namespace {
+
+// 8 floats: two xmm (SSE2) or two NEON registers on the generic path, one ymm on the avx2 path.
+typedef float V __attribute__((vector_size(kFmaLinearBlock * sizeof(float))));
+typedef uint16_t U16x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(uint16_t))));
+typedef uint32_t U32x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(uint32_t))));
+
+constexpr int64_t kPrefetchLines = 32;  // cache lines ahead in each weight stream (2 KiB)
+
+constexpr int64_t bytes_of(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : 2; }
+
+// bf16 is the top half of an fp32: widen by a 16-bit shift (exact).
+inline __attribute__((always_inline)) V widen_bf16(const unsigned char* p) {
+    U16x8 h;
+    std::memcpy(&h, p, sizeof h);
+    const U32x8 u = __builtin_convertvector(h, U32x8) << 16;
+    V f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// ---- generic: plain vector code, product and sum unfused (this file is built with
+// -ffp-contract=off, so the compiler may not fuse them in some tiles and not in others).
+namespace generic {
+#define PYLA_TILE_TARGET
+constexpr bool kReadsF16 = false;
+inline __attribute__((always_inline)) V madd(V acc, V x, V w) { return acc + x * w; }
+template <WeightFormat F>
+inline __attribute__((always_inline)) V load_w(const unsigned char* base, int64_t i) {
+    V f;
+    if constexpr (F == WeightFormat::kF32) {
+        std::memcpy(&f, base + i * 4, sizeof f);
+    } else {
+        static_assert(F == WeightFormat::kBF16, "the generic path reads fp16 packed as fp32");
+        f = widen_bf16(base + i * 2);
+    }
+    return f;
+}
+#include "kernels/fma_linear_tiles.inc"
+#undef PYLA_TILE_TARGET
+}  // namespace generic
+
+#if PYLA_HAVE_AVX2_PATH
+// ---- avx2: one fused multiply-add per weight and row (VFMADD231PS), F16C for fp16 weights.
+namespace avx2 {
+#define PYLA_TILE_TARGET __attribute__((target("avx2,fma,f16c")))
+constexpr bool kReadsF16 = true;
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V madd(V acc, V x, V w) {
+    return (V)_mm256_fmadd_ps((__m256)x, (__m256)w, (__m256)acc);
+}
+template <WeightFormat F>
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_w(const unsigned char* base, int64_t i) {
+    if constexpr (F == WeightFormat::kF32) {
+        return (V)_mm256_loadu_ps(reinterpret_cast<const float*>(base) + i);
+    } else if constexpr (F == WeightFormat::kF16) {
+        return (V)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(base + i * 2)));
+    } else {
+        return widen_bf16(base + i * 2);
+    }
+}
+#include "kernels/fma_linear_tiles.inc"
+#undef PYLA_TILE_TARGET
+}  // namespace avx2
+#endif
+
+}  // namespace
+
+CpuIsa fma_linear_path(CpuIsa isa) {
+#if PYLA_HAVE_AVX2_PATH
+    return isa >= CpuIsa::kAvx2 ? CpuIsa::kAvx2 : CpuIsa::kGeneric;
+#else
+    (void)isa;
+    return CpuIsa::kGeneric;
+#endif
+}
+
+bool fma_linear_reads(CpuIsa path, WeightFormat format) {
+    return format != WeightFormat::kF16 || path == CpuIsa::kAvx2;
+}
+
+void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t rows,
+                       int64_t x_stride, int64_t k, const void* packed, int64_t b0, int64_t b1,
+                       const float* bias, float* y, int64_t y_stride, int64_t n) {
+    PYLA_CHECK(path == fma_linear_path(path), "fma_linear_blocks: no path " << cpu_isa_name(path));
+    PYLA_CHECK(fma_linear_reads(path, format), "fma_linear_blocks: the " << cpu_isa_name(path)
+                                                   << " path does not read fp16 weights");
+    if (rows <= 0 || b0 >= b1) return;
+#if PYLA_HAVE_AVX2_PATH
+    if (path == CpuIsa::kAvx2) {
+        return avx2::run(format, x, rows, x_stride, k, packed, b0, b1, bias, y, y_stride, n);
+    }
+#endif
+    generic::run(format, x, rows, x_stride, k, packed, b0, b1, bias, y, y_stride, n);
+}
+
+}  // namespace pylookahead

@@ -1,0 +1,47 @@
+// Row-invariant linear layers for CPUs without AVX512-BF16: y = x W^T (+ bias), fp32 accumulation,
+// for fp32, fp16 and bf16 weights. std-only (the ATen side is model/fma_linear.h).
+//
+// Why: a decode step has few rows (1 for greedy, 2-16 for lookahead), where a linear layer is a
+// stream over its weights; library GEMMs round a row differently at different row counts (so
+// steps need a padding row), and oneDNN's bf16 path refuses CPUs without AVX-512. This kernel
+// reads each weight once for up to 6 rows (more rows re-read it from cache) in the weights' own
+// width (bf16/fp16 weights are widened to fp32 in registers: half the bytes of fp32).
+//
+// Exactness: every output element is one fixed sequence, whatever the row count, tile, column
+// range or thread:  acc = 0; for k ascending: acc = acc + x[r][k] * w[c][k];  y = acc (+ bias[c]),
+// where `+ *` is one fused multiply-add on the avx2 path and a product then a sum (no fusion) on
+// the generic path. Rows therefore get the same bits at 1 row as at 100 (the two paths differ
+// from each other, so one process uses one path for every step).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu_isa.h"
+
+namespace pylookahead {
+
+enum class WeightFormat { kF32, kF16, kBF16 };
+
+// Output columns per packed block.
+constexpr int64_t kFmaLinearBlock = 8;
+
+// The path fma_linear_blocks() takes at `isa`: kAvx2 for any level >= kAvx2, else kGeneric.
+CpuIsa fma_linear_path(CpuIsa isa);
+// Whether a path reads `format` as it is. The generic path has no fp16 conversion: its fp16
+// weights are packed as fp32 (exact widening, twice the bytes).
+bool fma_linear_reads(CpuIsa path, WeightFormat format);
+
+// Rows [0, rows) of y for the columns of packed blocks [b0, b1) (a thread's share; any split
+// gives the same bits).
+//   path      fma_linear_path() of the level in use
+//   x         [rows, k] fp32, row r at x + r * x_stride
+//   packed    W [n, k] as [ceil(n / 8), k, 8] in `format` (block b, k index i, lane l holds
+//             W[8 b + l][i]; rows past n are zero)
+//   bias      [n] fp32, or null
+//   y         [rows, n] fp32, row r at y + r * y_stride; only columns < n are written
+// Cost: rows * k * (b1 - b0) * 8 multiply-adds; reads the blocks' weights once per 6 rows.
+void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t rows,
+                       int64_t x_stride, int64_t k, const void* packed, int64_t b0, int64_t b1,
+                       const float* bias, float* y, int64_t y_stride, int64_t n);
+
+}  // namespace pylookahead

@@ -1,0 +1,192 @@
+// kernels/fma_linear.h: each path computes every output element as its contract states (bitwise,
+// against a scalar model of the sequence), so a row's bits do not depend on the row count, the
+// tile or the column split; and the results are close to a float64 reference.
+#include "kernels/fma_linear.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace pylookahead {
+namespace {
+
+struct Problem {
+    int64_t n, k;
+    std::vector<float> w;      // [n, k] as fp32 (the values the packed format holds exactly)
+    std::vector<uint16_t> w16;  // [n, k] bf16 or fp16 bits (unused for fp32)
+    std::vector<float> bias;   // [n]
+};
+
+uint16_t bf16_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, sizeof u);
+    return static_cast<uint16_t>(u >> 16);  // truncation: the fp32 value below is that bf16
+}
+
+float from_bf16(uint16_t h) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+// A normal fp16 number with exponent e in [-6, 1] and mantissa bits m: bits and exact value.
+uint16_t fp16_bits(bool neg, int e, uint32_t m) {
+    return static_cast<uint16_t>((neg ? 0x8000u : 0u) | (static_cast<uint32_t>(e + 15) << 10) | m);
+}
+float from_fp16(uint16_t h) {
+    const int e = ((h >> 10) & 31) - 15;
+    const float v = std::ldexp(1.0f + static_cast<float>(h & 1023) / 1024.0f, e);
+    return (h & 0x8000) ? -v : v;
+}
+
+Problem make_problem(WeightFormat format, int64_t n, int64_t k, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    Problem p{n, k, std::vector<float>(n * k), std::vector<uint16_t>(n * k), std::vector<float>(n)};
+    for (int64_t i = 0; i < n * k; ++i) {
+        if (format == WeightFormat::kF32) {
+            p.w[i] = u(rng);
+        } else if (format == WeightFormat::kBF16) {
+            p.w16[i] = bf16_bits(u(rng));
+            p.w[i] = from_bf16(p.w16[i]);
+        } else {
+            p.w16[i] = fp16_bits(rng() & 1, static_cast<int>(rng() % 8) - 6, rng() & 1023);
+            p.w[i] = from_fp16(p.w16[i]);
+        }
+    }
+    for (float& b : p.bias) b = u(rng);
+    return p;
+}
+
+// [ceil(n/8), k, 8] in the format the path reads (fp16 as fp32 where it cannot read fp16).
+std::vector<unsigned char> pack(const Problem& p, WeightFormat format, CpuIsa path) {
+    const bool as_f32 = format == WeightFormat::kF32 || !fma_linear_reads(path, format);
+    const int64_t bytes = as_f32 ? 4 : 2;
+    const int64_t blocks = (p.n + kFmaLinearBlock - 1) / kFmaLinearBlock;
+    std::vector<unsigned char> out(blocks * p.k * kFmaLinearBlock * bytes, 0);
+    for (int64_t r = 0; r < p.n; ++r) {
+        for (int64_t i = 0; i < p.k; ++i) {
+            const int64_t at = ((r / kFmaLinearBlock) * p.k + i) * kFmaLinearBlock + r % kFmaLinearBlock;
+            if (as_f32) {
+                std::memcpy(out.data() + at * 4, &p.w[r * p.k + i], 4);
+            } else {
+                std::memcpy(out.data() + at * 2, &p.w16[r * p.k + i], 2);
+            }
+        }
+    }
+    return out;
+}
+
+// The contract's sequence, one element at a time.
+float model_element(CpuIsa path, const float* x, const float* w, int64_t k, const float* bias) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k; ++i) {
+        if (path == CpuIsa::kAvx2) {
+            acc = std::fma(x[i], w[i], acc);
+        } else {
+            volatile float prod = x[i] * w[i];  // rounded on its own: no fusion
+            acc = acc + prod;
+        }
+    }
+    return bias ? acc + *bias : acc;
+}
+
+std::vector<CpuIsa> paths_here() {
+    std::vector<CpuIsa> paths = {CpuIsa::kGeneric};
+    if (fma_linear_path(cpu_isa()) == CpuIsa::kAvx2) paths.push_back(CpuIsa::kAvx2);
+    return paths;
+}
+
+WeightFormat stored(WeightFormat format, CpuIsa path) {
+    return fma_linear_reads(path, format) ? format : WeightFormat::kF32;
+}
+
+class FmaLinear : public ::testing::TestWithParam<WeightFormat> {};
+
+TEST_P(FmaLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
+    const WeightFormat format = GetParam();
+    // n = 45: five full blocks and a partial one; k = 67: odd, and not a multiple of a cache line.
+    const int64_t n = 45, k = 67, max_rows = 13;
+    const Problem p = make_problem(format, n, k, 7);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<float> x(max_rows * k);
+    for (float& v : x) v = u(rng);
+    const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock;
+    for (CpuIsa path : paths_here()) {
+        const std::vector<unsigned char> packed = pack(p, format, path);
+        for (bool with_bias : {false, true}) {
+            const float* bias = with_bias ? p.bias.data() : nullptr;
+            for (int64_t rows = 1; rows <= max_rows; ++rows) {
+                // The whole range at once, and split at every block boundary into two calls.
+                for (int64_t split = 0; split < blocks; ++split) {
+                    std::vector<float> y(rows * n, NAN);
+                    fma_linear_blocks(path, stored(format, path), x.data(), rows, k, k, packed.data(), 0,
+                                      split, bias, y.data(), n, n);
+                    fma_linear_blocks(path, stored(format, path), x.data(), rows, k, k, packed.data(),
+                                      split, blocks, bias, y.data(), n, n);
+                    for (int64_t r = 0; r < rows; ++r) {
+                        for (int64_t c = 0; c < n; ++c) {
+                            const float want = model_element(path, &x[r * k], &p.w[c * k], k,
+                                                             with_bias ? &p.bias[c] : nullptr);
+                            ASSERT_EQ(std::memcmp(&y[r * n + c], &want, sizeof want), 0)
+                                << cpu_isa_name(path) << " rows " << rows << " split " << split
+                                << " r " << r << " c " << c << ": " << y[r * n + c] << " vs " << want;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_P(FmaLinear, CloseToFloat64) {
+    const WeightFormat format = GetParam();
+    const int64_t n = 19, k = 300, rows = 3;
+    const Problem p = make_problem(format, n, k, 11);
+    std::vector<float> x(rows * k);
+    for (int64_t i = 0; i < rows * k; ++i) x[i] = std::sin(0.37 * static_cast<double>(i));
+    for (CpuIsa path : paths_here()) {
+        const std::vector<unsigned char> packed = pack(p, format, path);
+        std::vector<float> y(rows * n);
+        fma_linear_blocks(path, stored(format, path), x.data(), rows, k, k, packed.data(), 0,
+                          (n + kFmaLinearBlock - 1) / kFmaLinearBlock, p.bias.data(), y.data(), n, n);
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < n; ++c) {
+                double ref = p.bias[c], mag = std::fabs(p.bias[c]);
+                for (int64_t i = 0; i < k; ++i) {
+                    ref += static_cast<double>(x[r * k + i]) * p.w[c * k + i];
+                    mag += std::fabs(static_cast<double>(x[r * k + i]) * p.w[c * k + i]);
+                }
+                // fp32 accumulation over k terms: |error| <= k * eps * sum |terms| (loose bound).
+                EXPECT_NEAR(y[r * n + c], ref, k * 6e-8 * mag) << cpu_isa_name(path);
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, FmaLinear,
+                         ::testing::Values(WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16),
+                         [](const auto& info) {
+                             switch (info.param) {
+                                 case WeightFormat::kF32: return "F32";
+                                 case WeightFormat::kBF16: return "BF16";
+                                 default: return "F16";
+                             }
+                         });
+
+TEST(CpuIsa, NamesAndShortfall) {
+    EXPECT_STREQ(cpu_isa_name(CpuIsa::kAvx2), "avx2");
+    EXPECT_EQ(cpu_isa_shortfall(CpuIsa::kGeneric), "");
+    EXPECT_LE(cpu_isa(), detected_cpu_isa());
+    if (cpu_isa() < CpuIsa::kAvx512Bf16) {
+        EXPECT_FALSE(cpu_isa_shortfall(CpuIsa::kAvx512Bf16).empty());
+    }
+}
+
+}  // namespace
+}  // namespace pylookahead
