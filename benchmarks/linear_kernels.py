@@ -1,6 +1,6 @@
 """The linear-layer kernels side by side: step costs, and greedy / lookahead tokens per second.
 
-Loads one bf16 checkpoint once per kernel (`Model(..., linear_kernel=K)`, docs/design.md "Exactness") and, in
+Loads one checkpoint (bf16 unless --dtype) once per kernel (`Model(..., linear_kernel=K)`, docs/design.md "Exactness") and, in
 rounds that alternate the kernels, measures (a) the step-cost table of a fresh session (`Session.calibrate()`:
 seconds of one decode step of T tokens) and (b) greedy and lookahead generation on a few HumanEval prompts.
 Reports medians over rounds, each kernel's costs relative to its own 1-token step (what lookahead's speedup
@@ -26,7 +26,8 @@ from statistics import median
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--kernels", default="bf16-avx512,onednn", help="comma list of EngineConfig.linear_kernel values")
+    parser.add_argument("--kernels", default="bf16-avx512,avx2,onednn", help="comma list of EngineConfig.linear_kernel values")
+    parser.add_argument("--dtype", default="bfloat16")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=3, help="HumanEval prompts generated per round")
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     kernels = args.kernels.split(",")
     w, n, g = (int(v) for v in args.config.split(","))
     lookahead = LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g)
-    models = {k: Model(args.model, dtype="bfloat16", num_threads=args.threads, linear_kernel=k) for k in kernels}
+    models = {k: Model(args.model, dtype=args.dtype, num_threads=args.threads, linear_kernel=k) for k in kernels}
     prompts, _ = bench.build_prompts("humaneval", models[kernels[0]].tokenizer, args.prompts, "spread")
 
     tables: dict[str, list[list[tuple[int, float]]]] = {k: [] for k in kernels}
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         r["greedy_vs_first_kernel"] = r["greedy_tok_s_median"] / result_kernels[first]["greedy_tok_s_median"]
         r["lookahead_vs_first_kernel"] = r["lookahead_tok_s_median"] / result_kernels[first]["lookahead_tok_s_median"]
 
-    print(f"{args.model} bfloat16 | {args.threads} threads | {args.rounds} rounds x {len(prompts)} prompts | lookahead {args.config}")
+    print(f"{args.model} {args.dtype} | {args.threads} threads | {args.rounds} rounds x {len(prompts)} prompts | lookahead {args.config}")
     ts = list(result_kernels[first]["step_seconds"])
     print(f"{'kernel':12s} " + " ".join(f"T={t:>3s}" for t in ts) + "   greedy tok/s  lookahead tok/s  la/greedy  exact")
     for k, r in result_kernels.items():
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": "python " + " ".join(shlex.quote(a) for a in [__file__.split("/")[-2] + "/" + Path(__file__).name] + (argv if argv is not None else sys.argv[1:])),
             "machine": bench.machine_info(),
             "versions": {"pylookahead": pylookahead.__version__, "torch": torch.__version__},
-            "settings": {"model": args.model, "dtype": "bfloat16", "threads": args.threads, "rounds": args.rounds,
+            "settings": {"model": args.model, "dtype": args.dtype, "threads": args.threads, "rounds": args.rounds,
                          "prompts": [p.id for p in prompts], "max_new_tokens": args.max_new_tokens,
                          "lookahead": args.config},
             "kernels": result_kernels,

@@ -12,3 +12,13 @@ ctest --test-dir build/cpp-tests --output-on-failure -j 2
 
 echo "== Python tests (pytest) =="
 pytest tests/python "$@"
+
+# The exactness-critical tests again with the engine, oneDNN and ATen capped at AVX2, and the
+# tiny-model grid with the engine capped at its generic path: whichever CPU runs this, the lower
+# ISA paths are proved too (on a CPU without AVX-512 the AVX2 run repeats the first one).
+echo "== exactness under PYLOOKAHEAD_CPU_ISA=avx2 (pytest) =="
+PYLOOKAHEAD_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+  pytest tests/python/test_lookahead_exact.py tests/python/test_linear_kernel.py "$@"
+echo "== exactness under PYLOOKAHEAD_CPU_ISA=generic (pytest) =="
+PYLOOKAHEAD_CPU_ISA=generic ONEDNN_MAX_CPU_ISA=SSE41 ATEN_CPU_CAPABILITY=default \
+  pytest tests/python/test_lookahead_exact.py tests/python/test_linear_kernel.py -k "tiny or property or kernel" "$@"

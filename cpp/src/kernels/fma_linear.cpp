@@ -25,6 +25,13 @@ constexpr int64_t kPrefetchLines = 32;  // cache lines ahead in each weight stre
 
 constexpr int64_t bytes_of(WeightFormat f) { return f == WeightFormat::kF32 ? 4 : 2; }
 
+// x in every lane (a broadcast: no arithmetic, so -0.0 stays -0.0).
+inline __attribute__((always_inline)) V splat(float x) {
+    V v;
+    for (int64_t l = 0; l < kFmaLinearBlock; ++l) v[l] = x;
+    return v;
+}
+
 // bf16 is the top half of an fp32: widen by a 16-bit shift (exact).
 inline __attribute__((always_inline)) V widen_bf16(const unsigned char* p) {
     U16x8 h;
