@@ -26,8 +26,10 @@ from statistics import median
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--kernels", default="bf16-avx512,avx2,onednn", help="comma list of EngineConfig.linear_kernel values")
-    parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--kernels", default="bf16-avx512,avx2,onednn",
+                        help="comma list of EngineConfig.linear_kernel values, each optionally as DTYPE:KERNEL "
+                             "(e.g. bfloat16:avx2,float32:avx2 compares dtypes side by side)")
+    parser.add_argument("--dtype", default="bfloat16", help="dtype of the kernels given without one")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=3, help="HumanEval prompts generated per round")
@@ -43,10 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     from pylookahead import LookaheadConfig, Model, Session, bench
 
     torch.set_num_threads(args.threads)
+    # Each entry "DTYPE:KERNEL" (or "KERNEL" in --dtype) is one loaded model, named by that string.
     kernels = args.kernels.split(",")
+    specs = {k: (k.split(":", 1) if ":" in k else (args.dtype, k)) for k in kernels}
     w, n, g = (int(v) for v in args.config.split(","))
     lookahead = LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g)
-    models = {k: Model(args.model, dtype=args.dtype, num_threads=args.threads, linear_kernel=k) for k in kernels}
+    models = {k: Model(args.model, dtype=d, num_threads=args.threads, linear_kernel=kk) for k, (d, kk) in specs.items()}
     prompts, _ = bench.build_prompts("humaneval", models[kernels[0]].tokenizer, args.prompts, "spread")
 
     tables: dict[str, list[list[tuple[int, float]]]] = {k: [] for k in kernels}
@@ -76,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
         costs = {t: median(tab[i][1] for tab in tables[k]) for i, t in enumerate(tokens)}
         g_med, l_med = median(speeds[k]["greedy"]), median(speeds[k]["lookahead"])
         result_kernels[k] = {
+            "dtype": specs[k][0],
+            "linear_kernel": models[k].info.linear_kernel,
+            "cpu_isa": models[k].info.cpu_isa,
             "step_seconds": {str(t): s for t, s in costs.items()},
             "step_cost_vs_1_token": {str(t): s / costs[tokens[0]] for t, s in costs.items()},
             "greedy_tok_s_median": g_med,
@@ -92,10 +99,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{args.model} {args.dtype} | {args.threads} threads | {args.rounds} rounds x {len(prompts)} prompts | lookahead {args.config}")
     ts = list(result_kernels[first]["step_seconds"])
-    print(f"{'kernel':12s} " + " ".join(f"T={t:>3s}" for t in ts) + "   greedy tok/s  lookahead tok/s  la/greedy  exact")
+    print(f"{'kernel':20s} " + " ".join(f"T={t:>3s}" for t in ts) + "   greedy tok/s  lookahead tok/s  la/greedy  exact")
     for k, r in result_kernels.items():
         costs = " ".join(f"{r['step_cost_vs_1_token'][t]:5.2f}" for t in ts)
-        print(f"{k:12s} {costs}   {r['greedy_tok_s_median']:12.1f}  {r['lookahead_tok_s_median']:15.1f}  "
+        print(f"{k:20s} {costs}   {r['greedy_tok_s_median']:12.1f}  {r['lookahead_tok_s_median']:15.1f}  "
               f"{r['lookahead_vs_greedy']:9.2f}  {r['lookahead_equals_greedy']}")
     print(f"(T columns: step cost relative to the kernel's own 1-token step; "
           f"1-token step: " + ", ".join(f"{k} {r['step_seconds'][ts[0]] * 1e3:.1f} ms" for k, r in result_kernels.items()) + ")")

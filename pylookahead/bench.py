@@ -171,6 +171,12 @@ def build_parser(prog: str = "pylookahead bench") -> argparse.ArgumentParser:
 # machine / provenance
 
 
+# The /proc/cpuinfo flags that decide which kernels run (x86-64: SIMD levels; aarch64: its "Features").
+_ISA_FLAGS = {"sse4_2", "fma", "f16c", "bmi2", "asimd", "asimdhp", "sve", "sve2", "bf16", "i8mm"}
+# Environment variables that cap the ISA of the engine, oneDNN and ATen (docs/design.md).
+_ISA_ENV = ("PYLOOKAHEAD_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
 def _cpu_info() -> dict[str, Any]:
     info: dict[str, Any] = {"cpu_model": platform.processor() or platform.machine()}
     physical: set[tuple[str, str]] = set()
@@ -186,6 +192,8 @@ def _cpu_info() -> dict[str, Any]:
             current[key.strip()] = value.strip()
             if key.strip() == "model name":
                 info["cpu_model"] = value.strip()
+            if key.strip() in ("flags", "Features") and "cpu_flags" not in info:
+                info["cpu_flags"] = sorted(f for f in value.split() if f in _ISA_FLAGS or f.startswith(("avx", "amx")))
     except OSError:
         pass
     info["logical_cpus"] = os.cpu_count()
@@ -240,6 +248,8 @@ def machine_info() -> dict[str, Any]:
         "pylookahead_version": __version__,
         "git": _git_info(),
         "load_average_start": _load_average(),
+        "isa_env": {k: os.environ[k] for k in _ISA_ENV if k in os.environ},
+        "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
     })  # fmt: skip
     try:
         import transformers
@@ -884,6 +894,9 @@ def run_benchmark(
             "model": model_label,
             "model_dir": str(model.path),
             "architecture": model.info.architecture,
+            "linear_kernel": model.info.linear_kernel,
+            "linear_kernel_skipped": list(model.info.linear_kernel_skipped),
+            "cpu_isa": model.info.cpu_isa,
             "dtype": args.dtype,
             "device": args.device,
             "threads": args.threads,
@@ -925,7 +938,8 @@ def format_table(result: dict[str, Any]) -> str:
     d = result["dataset"]
     lines = [
         f"{s['model']} {s['dtype']} | {d['name']} x {d['prompts']} prompts | {s['max_new_tokens']} new tokens max | "
-        f"threads {result['machine']['torch_threads']} | {result['machine'].get('cpu_model')}",
+        f"threads {result['machine']['torch_threads']} | {result['machine'].get('cpu_model')} | "
+        f"kernel {s.get('linear_kernel', '?')}, ISA {s.get('cpu_isa', '?')}",
         f"{'method':<22} {'tok/s med':>9} {'tok/s tot':>9} {'x med':>6} {'x tot':>6} {'x pair':>6} {'steps':>7} "
         f"{'tok/step':>8} {'ms/step':>8} {'==greedy':>9}",
     ]
