@@ -7,7 +7,10 @@
 
 #include <c10/util/Exception.h>
 
+#include <chrono>
 #include <cstdio>
+#include <limits>
+#include <memory>
 
 #include "pylookahead/pylookahead.h"
 
@@ -30,8 +33,41 @@ std::string stop_reason_name(StopReason r) {
     return "?";
 }
 
+// A Python int for an int field: ConfigError naming the field and the range when it is not an
+// int or does not fit (instead of pybind11's TypeError "incompatible function arguments").
+int64_t checked_int(const py::handle& v, const char* name, int64_t lo, int64_t hi) {
+    if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) {
+        throw ConfigError(std::string(name) + " must be an int (got " + std::string(py::repr(v)) + ")");
+    }
+    int overflow = 0;
+    const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
+    if (overflow != 0 || x < lo || x > hi) {
+        throw ConfigError(std::string(name) + " must be in [" + std::to_string(lo) + ", " +
+                          std::to_string(hi) + "] (got " + std::string(py::str(v)) + ")");
+    }
+    return x;
+}
+
+constexpr int64_t kIntMin = std::numeric_limits<int>::min();
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
+
+// A uint64 seed from a Python int in [0, 2^64).
+uint64_t checked_seed(const py::handle& v, const char* name) {
+    if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) {
+        throw ConfigError(std::string(name) + " must be an int (got " + std::string(py::repr(v)) + ")");
+    }
+    const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
+    if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
+        PyErr_Clear();
+        throw ConfigError(std::string(name) + " must be in [0, 18446744073709551615] (got " +
+                          std::string(py::str(v)) + ")");
+    }
+    return x;
+}
+
 void bind_errors(py::module_& m) {
     static py::exception<ModelLoadError> model_load_error(m, "ModelLoadError", PyExc_RuntimeError);
+    static py::exception<SessionBusyError> session_busy_error(m, "SessionBusyError", PyExc_RuntimeError);
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
@@ -39,10 +75,13 @@ void bind_errors(py::module_& m) {
             py::set_error(model_load_error, e.what());
         } catch (const ConfigError& e) {
             py::set_error(PyExc_ValueError, e.what());
+        } catch (const SessionBusyError& e) {
+            py::set_error(session_busy_error, e.what());
         } catch (const InternalError& e) {
             py::set_error(PyExc_RuntimeError, (std::string("internal error: ") + e.what()).c_str());
         } catch (const c10::Error& e) {
-            py::set_error(PyExc_RuntimeError, e.what_without_backtrace());
+            // libtorch's messages may quote bytes of a file: made valid UTF-8 as ours are.
+            py::set_error(PyExc_RuntimeError, printable_message(e.what_without_backtrace()).c_str());
         }
     });
 }
@@ -51,13 +90,15 @@ void bind_config(py::module_& m) {
     py::class_<LookaheadConfig>(m, "LookaheadConfig",
                                 "Lookahead decoding options: W columns x (N-1) levels, G candidates; window_size=0 "
                                 "verifies pool candidates only (no Jacobi window).")
-        .def(py::init([](int w, int n, int g, bool seed_from_prompt, uint64_t seed) {
+        .def(py::init([](const py::object& w, const py::object& n, const py::object& g, bool seed_from_prompt,
+                         const py::object& seed) {
                  LookaheadConfig c;
-                 c.window_size = w;
-                 c.ngram_size = n;
-                 c.verification_set_size = g;
+                 c.window_size = static_cast<int>(checked_int(w, "window_size", kIntMin, kIntMax));
+                 c.ngram_size = static_cast<int>(checked_int(n, "ngram_size", kIntMin, kIntMax));
+                 c.verification_set_size =
+                     static_cast<int>(checked_int(g, "verification_set_size", kIntMin, kIntMax));
                  c.seed_from_prompt = seed_from_prompt;
-                 c.seed = seed;
+                 c.seed = checked_seed(seed, "seed");
                  c.validate();
                  return c;
              }),
@@ -80,15 +121,18 @@ void bind_config(py::module_& m) {
 
     py::class_<AutoLookahead>(m, "AutoLookahead",
                               "Automatic lookahead: the engine picks greedy or (W, N, G) steps itself.")
-        .def(py::init([](int replan_interval, double min_gain, int max_tokens_per_step,
-                         int probe_after, int probe_steps, uint64_t seed) {
+        .def(py::init([](const py::object& replan_interval, double min_gain,
+                         const py::object& max_tokens_per_step, const py::object& probe_after,
+                         const py::object& probe_steps, const py::object& seed) {
                  AutoLookahead a;
-                 a.replan_interval = replan_interval;
+                 a.replan_interval =
+                     static_cast<int>(checked_int(replan_interval, "replan_interval", kIntMin, kIntMax));
                  a.min_gain = min_gain;
-                 a.max_tokens_per_step = max_tokens_per_step;
-                 a.probe_after = probe_after;
-                 a.probe_steps = probe_steps;
-                 a.seed = seed;
+                 a.max_tokens_per_step = static_cast<int>(
+                     checked_int(max_tokens_per_step, "max_tokens_per_step", kIntMin, kIntMax));
+                 a.probe_after = static_cast<int>(checked_int(probe_after, "probe_after", kIntMin, kIntMax));
+                 a.probe_steps = static_cast<int>(checked_int(probe_steps, "probe_steps", kIntMin, kIntMax));
+                 a.seed = checked_seed(seed, "seed");
                  a.validate();
                  return a;
              }),
@@ -214,6 +258,13 @@ void bind_results(py::module_& m) {
         .def_readonly("cpu_isa", &ModelInfo::cpu_isa);
 }
 
+constexpr std::chrono::milliseconds kSignalCheckInterval(50);
+
+bool on_main_thread() {
+    const py::module_ threading = py::module_::import("threading");
+    return threading.attr("current_thread")().is(threading.attr("main_thread")());
+}
+
 void bind_session(py::module_& m) {
     py::class_<PyModel>(m, "Model", "Loaded weights, shared by every Session created from it.")
         .def(py::init([](const std::string& dir, const EngineConfig& engine) {
@@ -250,7 +301,22 @@ void bind_session(py::module_& m) {
                                       "AutoLookahead (got " + std::string(py::repr(lookahead)) + ")");
                 }
                 OnTokens cb;
-                if (!on_tokens.is_none()) {
+                if (on_tokens.is_none() && on_main_thread()) {
+                    // Without a Python callback Ctrl-C must still end a long generation: on the
+                    // main thread (the one Python runs signal handlers on), take the GIL after a
+                    // step at most every 50 ms and let pending handlers run; KeyboardInterrupt
+                    // (or a handler's exception) then ends generate() after that step.
+                    auto next = std::make_shared<std::chrono::steady_clock::time_point>(
+                        std::chrono::steady_clock::now() + kSignalCheckInterval);
+                    cb = [next](const std::vector<TokenId>&) -> StreamControl {
+                        const auto now = std::chrono::steady_clock::now();
+                        if (now < *next) return StreamControl(true);
+                        *next = now + kSignalCheckInterval;
+                        py::gil_scoped_acquire gil;
+                        if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                        return StreamControl(true);
+                    };
+                } else if (!on_tokens.is_none()) {
                     // Runs on the calling thread with the GIL re-acquired for the Python call.
                     // Captures a pointer: copying a py::object without the GIL is unsafe,
                     // and `on_tokens` outlives the call.

@@ -45,11 +45,17 @@ class StreamChunk:
     token_ids: list[int]  # the ids this step emitted (after any cut at a stop)
 
 
-def _check_int(name: str, value: object, minimum: int) -> int:
+_INT_MAX = 2**31 - 1  # the engine's int fields (C int)
+_SEED_MAX = 2**64 - 1  # seeds are uint64
+
+
+def _check_int(name: str, value: object, minimum: int, maximum: int = _INT_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name} must be an int >= {minimum} (got {value!r})")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum} (got {value})")
+    if value > maximum:
+        raise ValueError(f"{name} must be <= {maximum} (got {value})")
     return value
 
 
@@ -287,7 +293,7 @@ class Session:
 
     def _acquire(self) -> None:
         if not self._busy.acquire(blocking=False):
-            raise RuntimeError(
+            raise _core.SessionBusyError(
                 "this Session is busy (another call or an open stream is running on it); "
                 "use one Session per thread, or finish/close the stream first"
             )
@@ -327,7 +333,7 @@ class Session:
         config.temperature = _check_float("temperature", options.get("temperature", 0.0))
         config.top_k = _check_int("top_k", options.get("top_k", 0), 0)
         config.top_p = _check_float("top_p", options.get("top_p", 1.0))
-        config.seed = _check_int("seed", options.get("seed", 0), 0)
+        config.seed = _check_int("seed", options.get("seed", 0), 0, _SEED_MAX)
         config.reuse_cache = _check_bool("reuse_cache", options.get("reuse_cache", False))
         config.keep_pool = _check_bool("keep_pool", options.get("keep_pool", False))
         config.validate()  # ranges (temperature >= 0, top_p in (0, 1], ...) as ValueError

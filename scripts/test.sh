@@ -10,6 +10,9 @@ cmake -S . -B build/cpp-tests -G Ninja -DPYLOOKAHEAD_WITH_TORCH=OFF -DPYLOOKAHEA
 cmake --build build/cpp-tests -j 2
 ctest --test-dir build/cpp-tests --output-on-failure -j 2
 
+echo "== C++ unit tests under ASan + UBSan (ctest) =="
+bash scripts/sanitize.sh
+
 echo "== Python tests (pytest) =="
 pytest tests/python "$@"
 

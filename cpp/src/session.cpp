@@ -5,15 +5,21 @@
 #include <ATen/Parallel.h>
 #include <ATen/Context.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 #include <utility>
 
 #include "check.h"
 #include "io/binary_io.h"
 #include "io/model_config.h"
+#include "io/regular_file.h"
 #include "kernels/cpu_isa.h"
 #include "lookahead/auto_planner.h"
 #include "model/transformer.h"
@@ -63,6 +69,13 @@ void EngineConfig::validate() const {
     parse_device(device);
     if (num_threads < 0) {
         throw ConfigError("num_threads must be >= 0 (got " + std::to_string(num_threads) + ")");
+    }
+    // More threads than CPUs only time-slice (and libgomp fails to start tens of thousands).
+    const unsigned cpus = std::thread::hardware_concurrency();
+    const int max_threads = cpus > 0 ? static_cast<int>(cpus) : 1024;
+    if (num_threads > max_threads) {
+        throw ConfigError("num_threads must be <= " + std::to_string(max_threads) +
+                          " (this machine's CPUs) (got " + std::to_string(num_threads) + ")");
     }
     parse_linear_kernel(linear_kernel);
 }
@@ -132,8 +145,11 @@ struct Session::Impl {
     std::vector<TokenId> context;
     // The n-gram pool kept across calls (keep_pool); maybe shared with other Sessions.
     std::shared_ptr<SharedPool> pool = std::make_shared<SharedPool>();
+    // True while a call runs on this Session (BusyGuard).
+    std::atomic<bool> busy{false};
 
     GenerationResult run(DecodeRequest& req, const GenerationConfig& gen, const OnTokens& on_tokens);
+    std::vector<StepCost> calibrate();  // Session::calibrate() without the busy check
 
     Impl(std::shared_ptr<const Model> m, const Transformer& transformer, int capacity)
         : model(std::move(m)), step_model(transformer, capacity) {
@@ -143,8 +159,32 @@ struct Session::Impl {
 
 namespace {
 
+// Marks a Session busy for one call; a second call meanwhile (its own callback re-entering it, or
+// another thread) throws SessionBusyError before touching anything.
+class BusyGuard {
+  public:
+    BusyGuard(std::atomic<bool>& busy, const char* call) : busy_(busy) {
+        if (busy_.exchange(true)) {
+            throw SessionBusyError(std::string("Session.") + call +
+                                   ": this Session is busy (called from its own on_tokens callback, "
+                                   "or from two threads at once); use one Session per thread");
+        }
+    }
+    ~BusyGuard() { busy_.store(false); }
+    BusyGuard(const BusyGuard&) = delete;
+    BusyGuard& operator=(const BusyGuard&) = delete;
+
+  private:
+    std::atomic<bool>& busy_;
+};
+
+// The most KV rows a Session allocates (16 Mi tokens; also keeps the row arithmetic of the step
+// model far from int overflow).
+constexpr int kMaxKvCapacity = 1 << 24;
+
 int choose_capacity(const ModelConfig& c, const SessionConfig& sc) {
     int limit = c.max_position_embeddings > 0 ? c.max_position_embeddings : 4096;
+    limit = std::min(limit, kMaxKvCapacity);
     if (c.sliding_window > 0) limit = std::min(limit, c.sliding_window);
     if (sc.kv_capacity == 0) return std::min(limit, 4096);
     if (sc.kv_capacity > limit) {
@@ -230,6 +270,7 @@ GenerationResult Session::Impl::run(DecodeRequest& req, const GenerationConfig& 
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
                                    const std::optional<LookaheadConfig>& lookahead,
                                    const OnTokens& on_tokens) {
+    BusyGuard busy(impl_->busy, "generate");
     gen.validate();
     if (lookahead) lookahead->validate();
     DecodeRequest req = make_request(impl_->model->info(), prompt, gen);
@@ -239,10 +280,11 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
 
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
                                    const AutoLookahead& lookahead, const OnTokens& on_tokens) {
+    BusyGuard busy(impl_->busy, "generate");
     gen.validate();
     lookahead.validate();
     DecodeRequest req = make_request(impl_->model->info(), prompt, gen);
-    calibrate();
+    impl_->calibrate();
     // Tokens per step: within the calibrated range, the option's cap and the KV room left
     // after prompt + max_new_tokens (at least 1: a greedy step, which run_decode checks).
     int max_tokens = impl_->planner.costs().max_tokens();
@@ -255,17 +297,22 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     return impl_->run(req, gen, on_tokens);
 }
 
-std::vector<StepCost> Session::calibrate() {
-    if (!impl_->planner.costs().has_table()) {
+std::vector<StepCost> Session::Impl::calibrate() {
+    if (!planner.costs().has_table()) {
         CalibrationOptions options;
-        options.vocab_size = impl_->model->info().vocab_size;
+        options.vocab_size = model->info().vocab_size;
         at::InferenceMode guard;
-        std::vector<StepCost> table = calibrate_step_costs(impl_->step_model, options);
+        std::vector<StepCost> table = calibrate_step_costs(step_model, options);
         // It keeps the cached rows when there is room after them, else empties the cache.
-        if (impl_->step_model.kv_len() != static_cast<int>(impl_->context.size())) impl_->context.clear();
-        impl_->planner.costs().set_table(std::move(table));
+        if (step_model.kv_len() != static_cast<int>(context.size())) context.clear();
+        planner.costs().set_table(std::move(table));
     }
-    return impl_->planner.costs().table();
+    return planner.costs().table();
+}
+
+std::vector<StepCost> Session::calibrate() {
+    BusyGuard busy(impl_->busy, "calibrate");
+    return impl_->calibrate();
 }
 
 void Session::set_step_costs(const std::vector<StepCost>& costs) {
@@ -275,6 +322,7 @@ void Session::set_step_costs(const std::vector<StepCost>& costs) {
 std::vector<StepCost> Session::step_costs() const { return impl_->planner.costs().table(); }
 
 std::vector<float> Session::prompt_logits(const std::vector<TokenId>& prompt) {
+    BusyGuard busy(impl_->busy, "prompt_logits");
     check_prompt(prompt, impl_->model->info().vocab_size);
     if (static_cast<int>(prompt.size()) > kv_capacity()) {
         throw ConfigError("prompt length must be <= kv_capacity " + std::to_string(kv_capacity()) +
@@ -290,6 +338,7 @@ std::vector<float> Session::prompt_logits(const std::vector<TokenId>& prompt) {
 // ---- Context and pool --------------------------------------------------------------------------
 
 void Session::reset() {
+    BusyGuard busy(impl_->busy, "reset");
     impl_->context.clear();
     impl_->step_model.reset();
     impl_->pool = std::make_shared<SharedPool>();  // a fresh private pool (leaves a shared one)
@@ -332,8 +381,23 @@ void Session::save_pool(const std::string& path) const {
             for (TokenId id : text) write_u32_le(body, static_cast<uint32_t>(id));
         }
     }
-    // Written to a temporary file, then renamed: a reader never sees half a file.
-    const std::string tmp = path + ".tmp";
+    // Written to a temporary file beside the file it replaces, then renamed over it: a reader never
+    // sees half a file. A symlink is followed (the file it points to is replaced, the link stays);
+    // anything there that is not a regular file is refused, never replaced.
+    std::string target = path;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+        char* resolved = ::realpath(path.c_str(), nullptr);
+        if (resolved == nullptr) {
+            throw ConfigError("path: '" + path + "' is a symlink to a missing file or directory");
+        }
+        target = resolved;
+        std::free(resolved);
+    }
+    if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        throw ConfigError("path: '" + path + "' exists and is not a regular file (refusing to replace it)");
+    }
+    const std::string tmp = target + ".tmp";
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
         if (!out) throw ConfigError("path: cannot write the pool file '" + tmp + "'");
@@ -347,16 +411,17 @@ void Session::save_pool(const std::string& path) const {
         out.flush();
         if (!out) throw ConfigError("path: writing the pool file '" + tmp + "' failed");
     }
-    if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
         std::remove(tmp.c_str());
-        throw ConfigError("path: cannot rename '" + tmp + "' to '" + path + "'");
+        throw ConfigError("path: cannot rename '" + tmp + "' to '" + target + "'");
     }
 }
 
 void Session::load_pool(const std::string& path) {
+    BusyGuard busy(impl_->busy, "load_pool");
     const ModelInfo& info = impl_->model->info();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw ConfigError("path: cannot open the pool file '" + path + "'");
+    // Read whole (pool files are at most a few MiB) from a regular file: a FIFO would block.
+    std::istringstream in(*read_regular_file(path, FileError::kConfig, false));
     char magic[sizeof(kPoolMagic)] = {};
     if (!in.read(magic, sizeof(magic)) || std::memcmp(magic, kPoolMagic, sizeof(magic)) != 0) {
         throw ConfigError(path + ": not a pylookahead pool file (magic must be 'PYLAPOOL')");
@@ -422,6 +487,7 @@ void Session::load_pool(const std::string& path) {
 }
 
 void Session::share_pool(Session& other) {
+    BusyGuard busy(impl_->busy, "share_pool");
     const ModelInfo& mine = impl_->model->info();
     const ModelInfo& theirs = other.impl_->model->info();
     if (mine.vocab_size != theirs.vocab_size || mine.architecture != theirs.architecture) {

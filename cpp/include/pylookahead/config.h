@@ -114,7 +114,8 @@ struct EngineConfig {
     std::string linear_kernel = "auto";
 
     // Throws ConfigError for an unknown dtype, a malformed device, a CUDA device when this
-    // libtorch has no usable CUDA, num_threads < 0 or an unknown linear_kernel.
+    // libtorch has no usable CUDA, num_threads < 0 or above the machine's CPU count, or an
+    // unknown linear_kernel.
     void validate() const;
 };
 

@@ -8,19 +8,17 @@
 #include <cerrno>
 #include <cstring>
 
+#include "io/regular_file.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
 
 MmapFile::MmapFile(const std::string& path) : path_(path) {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        throw ModelLoadError(path + ": cannot open file (" + std::strerror(errno) + ")");
-    }
+    const int fd = *open_regular_file(path, FileError::kLoad, /*missing_ok=*/false);
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0) {
         ::close(fd);
-        throw ModelLoadError(path + ": not a regular file");
+        throw ModelLoadError(path + ": cannot stat file (" + std::strerror(errno) + ")");
     }
     size_ = static_cast<size_t>(st.st_size);
     if (size_ > 0) {

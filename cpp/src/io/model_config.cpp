@@ -1,9 +1,11 @@
 #include "io/model_config.h"
 
-#include <fstream>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "io/regular_file.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
@@ -22,17 +24,26 @@ json parse_json(const std::string& text, const std::string& source) {
     }
 }
 
+// A JSON integer in [0, INT32_MAX] (larger values are refused, never narrowed).
+int checked_int(const json& v, const char* key, const std::string& src) {
+    constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+    if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > kMax
+                                                          : (v.get<int64_t>() < 0 ||
+                                                             static_cast<uint64_t>(v.get<int64_t>()) > kMax))) {
+        throw ModelLoadError(src + ": key '" + key + "' must be an integer in [0, " +
+                             std::to_string(kMax) + "] (found " + v.dump() + ")");
+    }
+    return static_cast<int>(v.is_number_unsigned() ? v.get<uint64_t>()
+                                                   : static_cast<uint64_t>(v.get<int64_t>()));
+}
+
 // Integer key; `required` or default.
 int get_int(const json& j, const char* key, const std::string& src, bool required, int dflt = 0) {
     if (!j.contains(key) || j[key].is_null()) {
         if (required) throw ModelLoadError(src + ": missing required key '" + key + "'");
         return dflt;
     }
-    if (!j[key].is_number_integer() || j[key].get<long long>() < 0) {
-        throw ModelLoadError(src + ": key '" + key + "' must be a non-negative integer (found " +
-                             j[key].dump() + ")");
-    }
-    return j[key].get<int>();
+    return checked_int(j[key], key, src);
 }
 
 double get_num(const json& j, const char* key, const std::string& src, double dflt) {
@@ -57,13 +68,7 @@ std::vector<TokenId> get_ids(const json& j, const char* key, const std::string& 
     std::vector<TokenId> ids;
     if (!j.contains(key) || j[key].is_null()) return ids;
     const json& v = j[key];
-    auto one = [&](const json& x) {
-        if (!x.is_number_integer() || x.get<long long>() < 0) {
-            throw ModelLoadError(src + ": key '" + key + "' must hold non-negative integers (found " +
-                                 v.dump() + ")");
-        }
-        ids.push_back(x.get<TokenId>());
-    };
+    auto one = [&](const json& x) { ids.push_back(checked_int(x, key, src)); };
     if (v.is_array()) {
         for (const json& x : v) one(x);
     } else {
@@ -213,20 +218,13 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
 }
 
 ModelConfig load_model_config(const std::string& model_dir) {
-    auto read = [](const std::string& path, bool required) -> std::string {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) {
-            if (required) throw ModelLoadError(path + ": missing file (a checkpoint needs config.json)");
-            return std::string();
-        }
-        std::ostringstream ss;
-        ss << in.rdbuf();
-        return ss.str();
-    };
     const std::string cfg_path = model_dir + "/config.json";
-    std::string cfg = read(cfg_path, true);
-    std::string gen = read(model_dir + "/generation_config.json", false);
-    return parse_model_config(cfg, gen, cfg_path);
+    const std::optional<std::string> cfg = read_regular_file(cfg_path, FileError::kLoad, true);
+    if (!cfg) throw ModelLoadError(cfg_path + ": missing file (a checkpoint needs config.json)");
+    const std::string gen =
+        read_regular_file(model_dir + "/generation_config.json", FileError::kLoad, true)
+            .value_or(std::string());
+    return parse_model_config(*cfg, gen, cfg_path);
 }
 
 }  // namespace pylookahead

@@ -6,6 +6,7 @@
 #include <set>
 #include <sys/stat.h>
 
+#include "io/regular_file.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
@@ -43,9 +44,10 @@ StoredDType parse_dtype(const std::string& s, const std::string& path, const std
                          "' (expected one of F32, F16, BF16, F64)");
 }
 
-bool file_exists(const std::string& path) {
+// Something is at `path` (a file of any type: opening it refuses all but regular files).
+bool path_exists(const std::string& path) {
     struct stat st {};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    return ::stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace
@@ -135,11 +137,11 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& model_dir)
     const std::string index = model_dir + "/model.safetensors.index.json";
     // For each file, the tensors the index says it holds (empty set = no index).
     std::map<std::string, std::set<std::string>> expected;
-    if (file_exists(index)) {
+    if (path_exists(index)) {
         json j;
+        const std::string text = *read_regular_file(index, FileError::kLoad, false);
         try {
-            std::ifstream in(index);
-            j = json::parse(in);
+            j = json::parse(text);
         } catch (const json::exception& e) {
             throw ModelLoadError(index + ": not valid JSON (" + std::string(e.what()) + ")");
         }
@@ -159,14 +161,14 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& model_dir)
             expected[shard].insert(it.key());
         }
         for (const auto& kv : expected) files_.push_back(model_dir + "/" + kv.first);
-    } else if (file_exists(single)) {
+    } else if (path_exists(single)) {
         files_.push_back(single);
     } else {
         throw ModelLoadError(model_dir + ": no model.safetensors or model.safetensors.index.json");
     }
 
     for (const std::string& file : files_) {
-        if (!file_exists(file)) {
+        if (!path_exists(file)) {
             throw ModelLoadError(index + ": shard '" + file + "' is missing");
         }
         maps_.push_back(std::make_unique<MmapFile>(file));

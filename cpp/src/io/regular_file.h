@@ -1,0 +1,24 @@
+// Opening the files a checkpoint or a pool consists of, refusing anything that is not a regular
+// file (a FIFO would block open() or read() forever, a directory or device reads garbage).
+// std-only (POSIX).
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace pylookahead {
+
+enum class FileError { kLoad, kConfig };  // which typed error: ModelLoadError or ConfigError
+
+// An open file descriptor of the regular file `path` (O_RDONLY | O_CLOEXEC; never blocks on a
+// FIFO: it is opened non-blocking, checked with fstat, and refused). The caller closes it.
+// nullopt when `path` does not exist and `missing_ok`; otherwise throws (ModelLoadError or
+// ConfigError per `kind`) naming the path: missing, not a regular file, or cannot be opened.
+std::optional<int> open_regular_file(const std::string& path, FileError kind, bool missing_ok);
+
+// The whole content of the regular file `path`, read through open_regular_file(); nullopt when
+// it does not exist and `missing_ok`.
+std::optional<std::string> read_regular_file(const std::string& path, FileError kind,
+                                             bool missing_ok);
+
+}  // namespace pylookahead
