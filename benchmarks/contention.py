@@ -7,8 +7,9 @@ interleaved in rounds (machine noise moves all of them). The competing load is o
 (`while True: pass`), as a web server, a tokenizer or another session would take one.
 
 Policies: `spin` (libgomp's default when nothing is set: spin ~300k iterations before sleeping), `passive`
-(OMP_WAIT_POLICY=PASSIVE: sleep at once), `spin10k` (GOMP_SPINCOUNT=10000), and `engine` (what pylookahead sets
-when it is imported before torch and no OMP_* / GOMP_* variable is set).
+(OMP_WAIT_POLICY=PASSIVE: sleep at once), `spinN` (GOMP_SPINCOUNT=N), each with the engine's thread governor
+off (PYLOOKAHEAD_GOVERN_THREADS=0), and `engine`: libgomp's default with the governor on (the default:
+lookahead/thread_governor.h).
 
     python benchmarks/contention.py --model smollm2-135m-instruct --dtype float32 \\
         --out benchmarks/results/contention/smollm2-135m-instruct-float32.json
@@ -27,15 +28,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 POLICIES = {
-    "spin": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "PYLOOKAHEAD_OMP_DEFAULTS": "0"},
-    "passive": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None},
-    "spin10k": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "10000"},
-    "engine": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None},
+    "spin": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "PYLOOKAHEAD_GOVERN_THREADS": "0"},
+    "passive": {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": None, "PYLOOKAHEAD_GOVERN_THREADS": "0"},
+    "spin10k": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": "10000", "PYLOOKAHEAD_GOVERN_THREADS": "0"},
+    "engine": {"OMP_WAIT_POLICY": None, "GOMP_SPINCOUNT": None, "PYLOOKAHEAD_GOVERN_THREADS": None},
 }
 
 _CHILD = r"""
 import json, statistics, sys, time
-import pylookahead  # first: it may set the OpenMP defaults before torch starts libgomp
+import pylookahead
 from pylookahead import Model, Session
 model, dtype, threads, tokens, prompts = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 m = Model(model, dtype=dtype, num_threads=threads)
@@ -73,14 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--prompts", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--policies", default=",".join(POLICIES), help="comma list of policy names, or spinN / spinNk")
+    parser.add_argument("--threads", default="1,2", help="thread counts to run")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from pylookahead.bench import machine_info
 
     policies = args.policies.split(",")
-    cells = [(load, threads) for load in ("quiet", "busy") for threads in (1, 2)]
+    for p in policies:  # "spinN": GOMP_SPINCOUNT=N
+        if p not in POLICIES and p.startswith("spin") and p[4:].rstrip("k").isdigit():
+            POLICIES[p] = {"OMP_WAIT_POLICY": None, "PYLOOKAHEAD_GOVERN_THREADS": "0",
+                           "GOMP_SPINCOUNT": str(int(p[4:].rstrip("k")) * (1000 if p.endswith("k") else 1))}
+    cells = [(load, int(threads)) for load in ("quiet", "busy") for threads in args.threads.split(",")]
     results: dict[str, dict[str, list[float]]] = {p: {f"{l}-{t}": [] for l, t in cells} for p in policies}
     for rnd in range(args.rounds):
         order = policies if rnd % 2 == 0 else policies[::-1]

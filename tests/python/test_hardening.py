@@ -213,3 +213,26 @@ def test_save_pool_refuses_a_non_regular_target(tiny_llama: Path, tmp_path: Path
 def test_out_of_range_ints_are_value_errors(tiny_llama: Path, call, pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
         call(Session(tiny_llama))
+
+
+# ---- under contention: the thread governor keeps lookahead exact ----------------------------------------------------
+
+def test_lookahead_equals_greedy_with_the_thread_governor_on(tiny_model_factory) -> None:
+    """Two threads, so the governor probes and may switch decode steps between 2 threads and 1 (on a tiny model
+    one thread is usually faster): rows must get the same bits either way (lookahead/thread_governor.h)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for arch in ("llama", "qwen2"):
+            for dtype in ("bfloat16", "float32"):
+                session = Session(Model(tiny_model_factory(arch, seed=21), dtype=dtype))
+                for seed in range(3):
+                    prompt = [1] + [3 + (seed * 7 + i * 5) % 90 for i in range(12)] * 2
+                    greedy = session.generate(prompt, 160)
+                    for cfg in [(0, 4, 2), (2, 3, 2), (4, 4, 4)]:
+                        la = LookaheadConfig(window_size=cfg[0], ngram_size=cfg[1], verification_set_size=cfg[2])
+                        assert session.generate(prompt, 160, la).token_ids == greedy.token_ids, (arch, dtype, seed, cfg)
+    finally:
+        torch.set_num_threads(previous)

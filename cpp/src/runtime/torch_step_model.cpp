@@ -1,7 +1,14 @@
 #include "runtime/torch_step_model.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+
+#if PYLA_WITH_OPENMP
+#include <omp.h>
+#endif
 
 #include "check.h"
 
@@ -12,7 +19,11 @@ TorchStepModel::TorchStepModel(const Transformer& model, int capacity)
       min_decode_rows_(model.min_invariant_rows()),
       kv_(model.config().num_hidden_layers, model.config().num_key_value_heads,
           capacity + min_decode_rows_ - 1, model.config().head_dim, model.dtype(),
-          model.device()) {}
+          model.device()) {
+    // PYLOOKAHEAD_GOVERN_THREADS=0 turns the governor off (benchmarks/contention.py compares).
+    const char* env = std::getenv("PYLOOKAHEAD_GOVERN_THREADS");
+    if (env != nullptr && std::string(env) == "0") govern_threads_ = false;
+}
 
 TorchStepModel::StepInputs TorchStepModel::stage_inputs(const std::vector<TokenId>& tokens,
                                                         const std::vector<int32_t>& positions,
@@ -47,6 +58,36 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
                                   const std::vector<int32_t>& out_rows,
                                   const std::vector<int32_t>& exact_rows,
                                   std::vector<TokenId>* argmax, TokenSampler* sampler) {
+#if PYLA_WITH_OPENMP
+    if (govern_threads_ && !exact_rows.empty() && model_.device().is_cpu()) {
+        // omp_set_num_threads sets the calling thread's count only (an OpenMP ICV), which is
+        // what this thread's parallel regions (ours and ATen's) start with.
+        const int full = omp_get_max_threads();
+        if (full != governor_.full()) governor_.reset(full);
+        const int threads = governor_.next();
+        if (threads != full) omp_set_num_threads(threads);
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+            run_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
+        } catch (...) {
+            if (threads != full) omp_set_num_threads(full);
+            throw;
+        }
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (threads != full) omp_set_num_threads(full);
+        governor_.record(static_cast<int>(tokens.size()), seconds);
+        return;
+    }
+#endif
+    run_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
+}
+
+void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
+                              const std::vector<int32_t>& positions, const uint8_t* mask,
+                              const std::vector<int32_t>& out_rows,
+                              const std::vector<int32_t>& exact_rows,
+                              std::vector<TokenId>* argmax, TokenSampler* sampler) {
     PYLA_CHECK(!tokens.empty() && positions.size() == tokens.size(), "bad step shapes");
     if (!exact_rows.empty() && static_cast<int>(tokens.size()) < min_decode_rows_) {
         // Pad with rows that repeat row 0 and see only themselves; their outputs are not read
@@ -65,7 +106,7 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
             ptokens.push_back(tokens[0]);
             ppositions.push_back(positions[0]);
         }
-        forward_step(ptokens, ppositions, pmask.data(), out_rows, exact_rows, argmax, sampler);
+        run_step(ptokens, ppositions, pmask.data(), out_rows, exact_rows, argmax, sampler);
         pending_rows_ = static_cast<int>(t0);
         return;
     }

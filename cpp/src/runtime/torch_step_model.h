@@ -9,6 +9,7 @@
 
 #include "kv/kv_cache.h"
 #include "lookahead/decode_loop.h"
+#include "lookahead/thread_governor.h"
 #include "model/transformer.h"
 
 namespace pylookahead {
@@ -18,10 +19,16 @@ class TorchStepModel : public StepModel {
     // Allocates the KV cache ([L, 2, Hkv, capacity, D]) once. `model` must outlive this.
     TorchStepModel(const Transformer& model, int capacity);
 
+    // Decode steps on the CPU run with the thread count the ThreadGovernor picks (the calling
+    // thread's OpenMP count or 1; the thread's own setting is restored after each step).
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
                       const std::vector<int32_t>& exact_rows,
                       std::vector<TokenId>* argmax, TokenSampler* sampler) override;
+    // false: every step runs on the calling thread's own count (while calibrating step costs).
+    void set_govern_threads(bool on) { govern_threads_ = on; }
+    bool govern_threads() const { return govern_threads_; }
+    const ThreadGovernor& thread_governor() const { return governor_; }
     void commit(const std::vector<int32_t>& src_rows) override;
     int kv_len() const override { return kv_len_; }
     int kv_capacity() const override { return kv_.capacity() - (min_decode_rows_ - 1); }
@@ -33,6 +40,10 @@ class TorchStepModel : public StepModel {
     at::Tensor prefill_logits(const std::vector<TokenId>& tokens);
 
   private:
+    void run_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
+                  const uint8_t* mask, const std::vector<int32_t>& out_rows,
+                  const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                  TokenSampler* sampler);
     // Stages a step's (or a prefill's) ids, positions and out rows in the preallocated input
     // buffers (grown only for a longer one, e.g. a long prompt) and returns device views.
     struct StepInputs {
@@ -58,6 +69,8 @@ class TorchStepModel : public StepModel {
     at::Tensor device_inputs_;
     std::vector<uint8_t> mask_key_;      // [T * T] the step mask last turned into mask_block_
     at::Tensor mask_block_;              // [T, T] bool on device
+    ThreadGovernor governor_;            // kept across generations (what it learned holds)
+    bool govern_threads_ = true;
 };
 
 }  // namespace pylookahead
