@@ -431,7 +431,9 @@ void Session::load_pool(const std::string& path) {
     BusyGuard busy(impl_->busy, "load_pool");
     const ModelInfo& info = impl_->model->info();
     // Read whole (pool files are at most a few MiB) from a regular file: a FIFO would block.
-    std::istringstream in(*read_regular_file(path, FileError::kConfig, false));
+    const std::optional<std::string> data = read_regular_file(path, FileError::kConfig, true);
+    if (!data) throw ConfigError("path: cannot open the pool file '" + path + "' (missing)");
+    std::istringstream in(*data);
     char magic[sizeof(kPoolMagic)] = {};
     if (!in.read(magic, sizeof(magic)) || std::memcmp(magic, kPoolMagic, sizeof(magic)) != 0) {
         throw ConfigError(path + ": not a pylookahead pool file (magic must be 'PYLAPOOL')");
