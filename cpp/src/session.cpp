@@ -303,16 +303,13 @@ std::vector<StepCost> Session::Impl::calibrate() {
         options.vocab_size = model->info().vocab_size;
         at::InferenceMode guard;
         // The table is of steps at this thread's own count: no governor probes in it.
-        const bool governed = step_model.govern_threads();
+        struct Ungoverned {
+            TorchStepModel& m;
+            bool was = m.govern_threads();
+            ~Ungoverned() { m.set_govern_threads(was); }
+        } ungoverned{step_model};
         step_model.set_govern_threads(false);
-        std::vector<StepCost> table;
-        try {
-            table = calibrate_step_costs(step_model, options);
-        } catch (...) {
-            step_model.set_govern_threads(governed);
-            throw;
-        }
-        step_model.set_govern_threads(governed);
+        std::vector<StepCost> table = calibrate_step_costs(step_model, options);
         // It keeps the cached rows when there is room after them, else empties the cache.
         if (step_model.kv_len() != static_cast<int>(context.size())) context.clear();
         planner.costs().set_table(std::move(table));

@@ -9,9 +9,13 @@ namespace {
 constexpr size_t kRecent = 8;
 
 // Median seconds of the samples with `rows` rows; < 0 when there are fewer than 2.
-double median_of(const std::vector<double>& v) {
-    if (v.size() < 2) return -1.0;
-    std::vector<double> s(v);
+template <typename Sample>
+double median_seconds(const std::vector<Sample>& samples, int rows) {
+    std::vector<double> s;
+    for (const Sample& x : samples) {
+        if (x.rows == rows) s.push_back(x.seconds);
+    }
+    if (s.size() < 2) return -1.0;
     std::sort(s.begin(), s.end());
     return s.size() % 2 ? s[s.size() / 2] : 0.5 * (s[s.size() / 2 - 1] + s[s.size() / 2]);
 }
@@ -43,11 +47,7 @@ void ThreadGovernor::record(int rows, double seconds) {
         probe_.push_back({rows, seconds});
         // A probe step that is not even faster than the choice's median ends the probe at once:
         // probing a count that lost its core costs a slow step each time, so make it one.
-        std::vector<double> mine;
-        for (const Sample& r : recent_) {
-            if (r.rows == rows) mine.push_back(r.seconds);
-        }
-        const double a = median_of(mine);
+        const double a = median_seconds(recent_, rows);
         if (a > 0 && seconds >= a) {
             probe_left_ = 0;
             keep_choice();
@@ -69,14 +69,7 @@ void ThreadGovernor::finish_probe() {
                                                      [&](const Sample& q) { return q.rows == p.rows; }));
         if (n > best) best = n, rows = p.rows;
     }
-    std::vector<double> mine, theirs;
-    for (const Sample& s : recent_) {
-        if (s.rows == rows) mine.push_back(s.seconds);
-    }
-    for (const Sample& s : probe_) {
-        if (s.rows == rows) theirs.push_back(s.seconds);
-    }
-    const double a = median_of(mine), b = median_of(theirs);
+    const double a = median_seconds(recent_, rows), b = median_seconds(probe_, rows);
     if (a > 0 && b > 0 && b < kSwitchRatio * a) {
         chosen_ = other();
         recent_ = probe_;  // the new choice's samples so far

@@ -24,9 +24,9 @@ WeightFormat format_of(at::ScalarType t) {
 
 at::Tensor fma_linear_pack(const at::Tensor& weight, CpuIsa path) {
     PYLA_CHECK(weight.dim() == 2, "fma_linear_pack needs a [N, K] weight");
-    at::Tensor w = weight;
-    if (!fma_linear_reads(path, format_of(w.scalar_type()))) w = w.to(at::kFloat);
-    format_of(w.scalar_type());  // checks the dtype
+    // format_of checks the dtype; a format the path cannot read is packed as fp32.
+    const at::Tensor w =
+        fma_linear_reads(path, format_of(weight.scalar_type())) ? weight : weight.to(at::kFloat);
     const int64_t n = w.size(0), k = w.size(1);
     const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock;
     at::Tensor padded = at::zeros({blocks * kFmaLinearBlock, k}, w.options());

@@ -65,18 +65,16 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         const int full = omp_get_max_threads();
         if (full != governor_.full()) governor_.reset(full);
         const int threads = governor_.next();
-        if (threads != full) omp_set_num_threads(threads);
+        // The thread's own count is back after the step, also when it throws.
+        struct Restore {
+            int full;
+            ~Restore() { omp_set_num_threads(full); }
+        } restore{full};
+        omp_set_num_threads(threads);
         const auto t0 = std::chrono::steady_clock::now();
-        try {
-            run_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
-        } catch (...) {
-            if (threads != full) omp_set_num_threads(full);
-            throw;
-        }
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (threads != full) omp_set_num_threads(full);
-        governor_.record(static_cast<int>(tokens.size()), seconds);
+        run_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
+        governor_.record(static_cast<int>(tokens.size()),
+                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         return;
     }
 #endif

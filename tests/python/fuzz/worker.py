@@ -30,7 +30,10 @@ def run_case(target: str, case_dir: Path) -> tuple[str, str]:
         message = str(e)
         if "\x00" in message:
             return "untyped", f"{type(e).__name__} with a NUL: {message!r}"
-        message.encode("utf-8")  # raises (an untyped outcome) for lone surrogates
+        try:
+            message.encode("utf-8")
+        except UnicodeEncodeError:
+            return "untyped", f"{type(e).__name__} that is not valid text: {message!r}"[:500]
         return "typed", f"{type(e).__name__}: {message[:200]}"
     except BaseException as e:  # noqa: BLE001 - every other outcome is a finding
         return "untyped", f"{type(e).__name__}: {e!r}"[:500]
