@@ -173,6 +173,8 @@ void bind_config(py::module_& m) {
         .def_readwrite("dtype", &EngineConfig::dtype)
         .def_readwrite("num_threads", &EngineConfig::num_threads)
         .def_readwrite("linear_kernel", &EngineConfig::linear_kernel)
+        .def_readwrite("quantize", &EngineConfig::quantize)
+        .def_readwrite("quantize_lm_head", &EngineConfig::quantize_lm_head)
         .def("validate", &EngineConfig::validate);
 
     py::class_<SessionConfig>(m, "SessionConfig")
@@ -255,7 +257,11 @@ void bind_results(py::module_& m) {
         .def_readonly("packed_weights", &ModelInfo::packed_weights)
         .def_readonly("linear_kernel", &ModelInfo::linear_kernel)
         .def_readonly("linear_kernel_skipped", &ModelInfo::linear_kernel_skipped)
-        .def_readonly("cpu_isa", &ModelInfo::cpu_isa);
+        .def_readonly("cpu_isa", &ModelInfo::cpu_isa)
+        .def_readonly("quantize", &ModelInfo::quantize)
+        .def_readonly("quantize_lm_head", &ModelInfo::quantize_lm_head)
+        .def_readonly("weight_bytes", &ModelInfo::weight_bytes)
+        .def_readonly("load_seconds", &ModelInfo::load_seconds);
 }
 
 constexpr std::chrono::milliseconds kSignalCheckInterval(50);

@@ -58,10 +58,12 @@ def _summary(label: str, out) -> str:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .session import Session
+    from .session import Model, Session
 
     t0 = time.perf_counter()
-    session = Session(args.model, device=args.device, dtype=args.dtype, num_threads=args.threads)
+    model = Model(args.model, device=args.device, dtype=args.dtype, num_threads=args.threads,
+                  quantize=None if args.quantize == "none" else args.quantize)  # fmt: skip
+    session = Session(model)
     load_s = time.perf_counter() - t0
     prompt = args.prompt
     if args.chat:
@@ -88,7 +90,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         print(out.text)
     print(f"(model loaded in {load_s:.1f} s)", file=sys.stderr)
     info = session.model.info
-    print(f"(linear kernel {info.linear_kernel}, CPU ISA {info.cpu_isa})", file=sys.stderr)
+    print(f"(linear kernel {info.linear_kernel}, CPU ISA {info.cpu_isa}, weights {info.quantize}, "
+          f"{info.weight_bytes / 2**20:.0f} MiB)", file=sys.stderr)  # fmt: skip
     for skipped in info.linear_kernel_skipped:
         print(f"(  passed over {skipped})", file=sys.stderr)
     label = "greedy" if lookahead is None else "auto" if lookahead == "auto" else f"lookahead {lookahead}"
@@ -175,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     g.add_argument("--device", default="cpu")
+    g.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
+                   help="quantize the linear layers at load (weight-only; lookahead stays exact)")
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
     _lookahead_args(g)
     g.set_defaults(func=cmd_generate)

@@ -90,6 +90,8 @@ class Model:
         dtype: str = "float32",
         num_threads: int = 0,
         linear_kernel: str = "auto",
+        quantize: str | None = None,
+        quantize_lm_head: bool = True,
     ) -> None:
         path = Path(model).expanduser()
         if not path.exists() and "/" not in str(model):
@@ -104,7 +106,11 @@ class Model:
         engine.num_threads = _check_int("num_threads", num_threads, 0)
         if not isinstance(linear_kernel, str):
             raise ValueError(f"linear_kernel must be a str (got {linear_kernel!r})")
-        engine.linear_kernel = linear_kernel  # "auto", "bf16-avx512", "onednn" or "aten" (docs/design.md)
+        engine.linear_kernel = linear_kernel  # "auto" or a kernel name (docs/design.md)
+        if quantize is not None and not isinstance(quantize, str):
+            raise ValueError(f"quantize must be None, 'int8' or 'int4' (got {quantize!r})")
+        engine.quantize = "none" if quantize is None else quantize  # the engine checks the name
+        engine.quantize_lm_head = _check_bool("quantize_lm_head", quantize_lm_head)
         self.path = Path(path)
         self._core = _core.Model(str(self.path), engine)
         self.tokenizer = None

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -45,6 +46,14 @@ std::optional<Transformer::LinearKernel> parse_linear_kernel(const std::string& 
                       "')");
 }
 
+// nullopt = "none".
+std::optional<Transformer::Quantization> parse_quantize(const std::string& s, bool lm_head) {
+    if (s == "none") return std::nullopt;
+    if (s == "int8") return Transformer::Quantization{WeightFormat::kQ8, lm_head};
+    if (s == "int4") return Transformer::Quantization{WeightFormat::kQ4, lm_head};
+    throw ConfigError("quantize must be one of none, int8, int4 (got '" + s + "')");
+}
+
 at::Device parse_device(const std::string& s) {
     at::Device dev(at::kCPU);
     try {
@@ -78,6 +87,9 @@ void EngineConfig::validate() const {
                           " (this machine's CPUs) (got " + std::to_string(num_threads) + ")");
     }
     parse_linear_kernel(linear_kernel);
+    if (parse_quantize(quantize, quantize_lm_head) && !parse_device(device).is_cpu()) {
+        throw ConfigError("quantize '" + quantize + "' runs on the CPU only (got device '" + device + "')");
+    }
 }
 
 void SessionConfig::validate() const {
@@ -99,6 +111,7 @@ Model::~Model() = default;
 const ModelInfo& Model::info() const { return impl_->info; }
 
 std::shared_ptr<const Model> Model::load(const std::string& model_dir, const EngineConfig& engine) {
+    const auto start = std::chrono::steady_clock::now();
     engine.validate();
     if (engine.num_threads > 0) at::set_num_threads(engine.num_threads);
     at::ScalarType dtype = parse_dtype(engine.dtype);
@@ -122,13 +135,18 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
     info.cpu_isa = cpu_isa_name(cpu_isa());
     try {
         impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
-                                                          parse_linear_kernel(engine.linear_kernel));
+                                                          parse_linear_kernel(engine.linear_kernel),
+                                                          parse_quantize(engine.quantize, engine.quantize_lm_head));
+        info.quantize = engine.quantize;
+        info.quantize_lm_head = engine.quantize != "none" && engine.quantize_lm_head;
+        info.weight_bytes = impl->transformer->weight_bytes();
         info.packed_weights = impl->transformer->packed_weights();
         info.linear_kernel = linear_kernel_name(impl->transformer->linear_kernel());
         info.linear_kernel_skipped = impl->transformer->linear_kernel_skipped();
     } catch (const c10::Error& e) {
         throw ModelLoadError(model_dir + ": loading weights failed: " + e.what_without_backtrace());
     }
+    info.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
 

@@ -2,9 +2,11 @@
 // against a scalar model of the sequence), so a row's bits do not depend on the row count, the
 // tile or the column split; and the results are close to a float64 reference.
 #include "kernels/fma_linear.h"
+#include "kernels/quant_format.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -186,6 +188,165 @@ TEST(CpuIsa, NamesAndShortfall) {
     if (cpu_isa() < CpuIsa::kAvx512Bf16) {
         EXPECT_FALSE(cpu_isa_shortfall(CpuIsa::kAvx512Bf16).empty());
     }
+}
+
+}  // namespace
+}  // namespace pylookahead
+
+// ---- quantized formats (kernels/quant_format.h) -----------------------------------------------
+namespace pylookahead {
+namespace {
+
+// W [n, k] with a spread of magnitudes per group (some groups all zero, one constant), quantized.
+std::vector<unsigned char> quantized_problem(WeightFormat format, int64_t n, int64_t k, unsigned seed,
+                                             std::vector<float>* w_out) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    std::vector<float> w(n * k);
+    for (int64_t c = 0; c < n; ++c) {
+        for (int64_t g = 0; g < k / kQuantGroup; ++g) {
+            const float scale = std::ldexp(1.0f, static_cast<int>(rng() % 12) - 10);
+            const int kind = static_cast<int>(rng() % 16);
+            for (int64_t i = 0; i < kQuantGroup; ++i) {
+                float v = u(rng) * scale;
+                if (kind == 0) v = 0.0f;       // an all-zero group: d = 0
+                if (kind == 1) v = scale;      // a constant group: kQ4 d = 0
+                w[c * k + g * kQuantGroup + i] = v;
+            }
+        }
+    }
+    std::vector<unsigned char> packed(quant_packed_bytes(format, n, k));
+    quant_pack(format, w.data(), n, k, packed.data());
+    if (w_out) *w_out = w;
+    return packed;
+}
+
+class QuantLinear : public ::testing::TestWithParam<WeightFormat> {};
+
+TEST_P(QuantLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
+    const WeightFormat format = GetParam();
+    // n = 45: five full blocks and a partial one; k = 96: three groups.
+    const int64_t n = 45, k = 96, max_rows = 13;
+    const std::vector<unsigned char> packed = quantized_problem(format, n, k, 5, nullptr);
+    std::vector<float> wq(n * k);
+    quant_unpack(format, packed.data(), n, k, wq.data());
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<float> x(max_rows * k), bias(n);
+    for (float& v : x) v = u(rng);
+    for (float& v : bias) v = u(rng);
+    const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock;
+    for (CpuIsa path : paths_here()) {
+        for (bool with_bias : {false, true}) {
+            for (int64_t rows = 1; rows <= max_rows; ++rows) {
+                for (int64_t split = 0; split < blocks; ++split) {
+                    std::vector<float> y(rows * n, NAN);
+                    const float* bp = with_bias ? bias.data() : nullptr;
+                    fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), 0, split, bp,
+                                      y.data(), n, n);
+                    fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), split, blocks,
+                                      bp, y.data(), n, n);
+                    for (int64_t r = 0; r < rows; ++r) {
+                        for (int64_t c = 0; c < n; ++c) {
+                            const float want = model_element(path, &x[r * k], &wq[c * k], k,
+                                                             with_bias ? &bias[c] : nullptr);
+                            ASSERT_EQ(std::memcmp(&y[r * n + c], &want, sizeof want), 0)
+                                << cpu_isa_name(path) << " rows " << rows << " split " << split
+                                << " r " << r << " c " << c << ": " << y[r * n + c] << " vs " << want;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_P(QuantLinear, CloseToFloat64OfTheDequantizedWeights) {
+    const WeightFormat format = GetParam();
+    const int64_t n = 19, k = 320, rows = 3;
+    const std::vector<unsigned char> packed = quantized_problem(format, n, k, 13, nullptr);
+    std::vector<float> wq(n * k);
+    quant_unpack(format, packed.data(), n, k, wq.data());
+    std::vector<float> x(rows * k);
+    for (int64_t i = 0; i < rows * k; ++i) x[i] = std::sin(0.37 * static_cast<double>(i));
+    for (CpuIsa path : paths_here()) {
+        std::vector<float> y(rows * n);
+        fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), 0,
+                          (n + kFmaLinearBlock - 1) / kFmaLinearBlock, nullptr, y.data(), n, n);
+        for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t c = 0; c < n; ++c) {
+                double ref = 0, mag = 0;
+                for (int64_t i = 0; i < k; ++i) {
+                    ref += static_cast<double>(x[r * k + i]) * wq[c * k + i];
+                    mag += std::fabs(static_cast<double>(x[r * k + i]) * wq[c * k + i]);
+                }
+                // fp32 accumulation over k terms: |error| <= k * eps * sum |terms| (loose bound).
+                EXPECT_NEAR(y[r * n + c], ref, k * 6e-8 * mag) << cpu_isa_name(path);
+            }
+        }
+    }
+}
+
+TEST_P(QuantLinear, QuantizationErrorIsWithinTheGroupStep) {
+    const WeightFormat format = GetParam();
+    const int64_t n = 17, k = 128;
+    std::vector<float> w;
+    const std::vector<unsigned char> packed = quantized_problem(format, n, k, 21, &w);
+    std::vector<float> wq(n * k);
+    quant_unpack(format, packed.data(), n, k, wq.data());
+    for (int64_t c = 0; c < n; ++c) {
+        for (int64_t g = 0; g < k / kQuantGroup; ++g) {
+            const float* v = &w[c * k + g * kQuantGroup];
+            const float* vq = &wq[c * k + g * kQuantGroup];
+            const auto [lo, hi] = std::minmax_element(v, v + kQuantGroup);
+            const float amax = std::max(std::fabs(*lo), std::fabs(*hi));
+            // Step: the group's range over the levels; half a step of rounding, plus the fp16
+            // rounding of the scale (and of kQ4's offset) carried over the levels.
+            const double step = format == WeightFormat::kQ8 ? amax / 127.0 : (*hi - *lo) / 15.0;
+            const double bound = 0.5 * step * (1 + 1e-2) + amax * 2e-3 + 1e-30;
+            for (int64_t i = 0; i < kQuantGroup; ++i) {
+                ASSERT_LE(std::fabs(static_cast<double>(vq[i]) - v[i]), bound)
+                    << "column " << c << " group " << g << " i " << i << ": " << v[i] << " -> " << vq[i];
+            }
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantLinear, ::testing::Values(WeightFormat::kQ8, WeightFormat::kQ4),
+                         [](const auto& info) { return info.param == WeightFormat::kQ8 ? "Q8" : "Q4"; });
+
+TEST(QuantFormat, Fp16ConversionRoundsToNearestEven) {
+    // Every fp16 value converts back exactly; halfway points between neighbours round to even.
+    for (uint32_t h = 0; h < 0x7c00; ++h) {
+        const float f = fp16_to_float(static_cast<uint16_t>(h));
+        ASSERT_EQ(fp16_from_float(f), h) << h;
+        ASSERT_EQ(fp16_from_float(-f), h | 0x8000u) << h;
+        const float next = fp16_to_float(static_cast<uint16_t>(h + 1));
+        const float mid = static_cast<float>((static_cast<double>(f) + next) / 2);
+        ASSERT_EQ(fp16_from_float(mid), (h & 1) ? h + 1 : h) << h;
+    }
+    EXPECT_EQ(fp16_from_float(1e6f), 0x7c00u);
+    EXPECT_EQ(fp16_from_float(1e-9f), 0u);
+    EXPECT_EQ(fp16_to_float(0x3c00), 1.0f);
+    EXPECT_EQ(fp16_to_float(0x0001), std::ldexp(1.0f, -24));
+}
+
+TEST(QuantFormat, SetGroupPlacesGgufBlocks) {
+    const int64_t n = 9, k = 64;
+    std::vector<unsigned char> packed(quant_packed_bytes(WeightFormat::kQ4, n, k), 0);
+    int8_t q[kQuantGroup];
+    for (int i = 0; i < kQuantGroup; ++i) q[i] = static_cast<int8_t>(i % 16);
+    // Column 8 (lane 0 of the second block), group 1: d = 0.5, m = -1.
+    quant_set_group(WeightFormat::kQ4, packed.data(), n, k, 8, 1, fp16_from_float(0.5f),
+                    fp16_from_float(-1.0f), q);
+    std::vector<float> w(n * k);
+    quant_unpack(WeightFormat::kQ4, packed.data(), n, k, w.data());
+    for (int i = 0; i < kQuantGroup; ++i) {
+        EXPECT_EQ(w[8 * k + 32 + i], 0.5f * (i % 16) - 1.0f);
+        EXPECT_EQ(w[8 * k + i], 0.0f);
+        EXPECT_EQ(w[7 * k + 32 + i], 0.0f);
+    }
+    EXPECT_THROW(quant_packed_bytes(WeightFormat::kQ8, 4, 48), std::exception);
 }
 
 }  // namespace

@@ -112,10 +112,18 @@ struct EngineConfig {
     // or one of those names. A named kernel that cannot run here, or that fails the probe, is a
     // ConfigError at load naming the kernel, the dtype and what the CPU lacks.
     std::string linear_kernel = "auto";
+    // Weight-only quantization of the linear layers at load (docs/design.md, "Quantized
+    // weights"): "none" (keep dtype), "int8" (groups of 32 inputs, int8 values, fp16 scales: as
+    // GGUF Q8_0) or "int4" (groups of 32, 4-bit values, fp16 scale and offset: as GGUF Q4_1).
+    // Activations, norms and embeddings stay in dtype. CPU only, on the avx2 or generic kernel;
+    // lookahead stays exact: it equals greedy decoding of the same quantized model.
+    std::string quantize = "none";
+    // Whether a quantized model's lm_head is quantized too (else it keeps dtype).
+    bool quantize_lm_head = true;
 
     // Throws ConfigError for an unknown dtype, a malformed device, a CUDA device when this
-    // libtorch has no usable CUDA, num_threads < 0 or above the machine's CPU count, or an
-    // unknown linear_kernel.
+    // libtorch has no usable CUDA, num_threads < 0 or above the machine's CPU count, an
+    // unknown linear_kernel or quantize, or quantize on a device other than the CPU.
     void validate() const;
 };
 

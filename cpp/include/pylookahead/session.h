@@ -49,6 +49,10 @@ struct ModelInfo {
     // Vector ISA level of the engine's own kernels: "avx512bf16", "avx512", "avx2" or "generic"
     // (the CPU's, under any PYLOOKAHEAD_CPU_ISA cap).
     std::string cpu_isa;
+    std::string quantize = "none";     // as EngineConfig::quantize
+    bool quantize_lm_head = false;     // whether the lm_head is quantized too
+    int64_t weight_bytes = 0;          // bytes of the weights held (linear layers as packed)
+    double load_seconds = 0;           // wall time of Model::load (reading, casting, packing)
 };
 
 // Loaded weights of one Llama-family checkpoint (LlamaForCausalLM, Qwen2ForCausalLM,

@@ -20,6 +20,8 @@ namespace {
 typedef float V __attribute__((vector_size(kFmaLinearBlock * sizeof(float))));
 typedef uint16_t U16x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(uint16_t))));
 typedef uint32_t U32x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(uint32_t))));
+typedef int8_t I8x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(int8_t))));
+typedef int32_t I32x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(int32_t))));
 
 constexpr int64_t kPrefetchLines = 32;  // cache lines ahead in each weight stream (2 KiB)
 
@@ -42,6 +44,9 @@ inline __attribute__((always_inline)) V widen_bf16(const unsigned char* p) {
     return f;
 }
 
+// Lane l of a broadcast 32-bit word shifted right by 4 l: its nibble l in the low bits.
+constexpr U32x8 kNibbleShifts = {0, 4, 8, 12, 16, 20, 24, 28};
+
 // ---- generic: plain vector code, product and sum unfused (this file is built with
 // -ffp-contract=off, so the compiler may not fuse them in some tiles and not in others).
 namespace generic {
@@ -58,6 +63,32 @@ inline __attribute__((always_inline)) V load_w(const unsigned char* base, int64_
         f = widen_bf16(base + i * 2);
     }
     return f;
+}
+// fp16 -> fp32 without a conversion instruction: the 15 magnitude bits moved to fp32's
+// exponent/mantissa place read 2^-112 times the value (normal and subnormal alike), so one
+// multiply by 2^112 is exact; then the sign. (Scales are finite.)
+inline __attribute__((always_inline)) V load_scales(const unsigned char* p) {
+    U16x8 h;
+    std::memcpy(&h, p, sizeof h);
+    const U32x8 u = __builtin_convertvector(h, U32x8);
+    const U32x8 mag = (u & 0x7fffu) << 13;
+    V f;
+    std::memcpy(&f, &mag, sizeof f);
+    f = f * splat(0x1p112f);
+    U32x8 bits;
+    std::memcpy(&bits, &f, sizeof bits);
+    bits |= (u & 0x8000u) << 16;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+inline __attribute__((always_inline)) V dequant_q8(const unsigned char* p, V d) {
+    I8x8 q;
+    std::memcpy(&q, p, sizeof q);
+    return __builtin_convertvector(__builtin_convertvector(q, I32x8), V) * d;
+}
+inline __attribute__((always_inline)) V dequant_q4(uint32_t word, V d, V m) {
+    const U32x8 q = (U32x8{} + word) >> kNibbleShifts & 0xfu;
+    return __builtin_convertvector(__builtin_convertvector(q, I32x8), V) * d + m;
 }
 #include "kernels/fma_linear_tiles.inc"
 #undef PYLA_TILE_TARGET
@@ -80,6 +111,21 @@ PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_w(const unsigned c
     } else {
         return widen_bf16(base + i * 2);
     }
+}
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_scales(const unsigned char* p) {
+    return (V)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V dequant_q8(const unsigned char* p, V d) {
+    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return (V)_mm256_mul_ps(_mm256_cvtepi32_ps(q), (__m256)d);
+}
+// q d is exact (an fp16 times a 4-bit integer), so the fused q d + m rounds as the generic path's
+// product-then-sum does.
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V dequant_q4(uint32_t word, V d, V m) {
+    const __m256i shifted = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)),
+                                              (__m256i)kNibbleShifts);
+    const __m256i q = _mm256_and_si256(shifted, _mm256_set1_epi32(0xf));
+    return (V)_mm256_fmadd_ps(_mm256_cvtepi32_ps(q), (__m256)d, (__m256)m);
 }
 #include "kernels/fma_linear_tiles.inc"
 #undef PYLA_TILE_TARGET
@@ -107,6 +153,8 @@ void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t
     PYLA_CHECK(path == fma_linear_path(path), "fma_linear_blocks: no path " << cpu_isa_name(path));
     PYLA_CHECK(fma_linear_reads(path, format), "fma_linear_blocks: the " << cpu_isa_name(path)
                                                    << " path does not read fp16 weights");
+    PYLA_CHECK((format != WeightFormat::kQ8 && format != WeightFormat::kQ4) || k % 32 == 0,
+               "fma_linear_blocks: quantized weights need k a multiple of 32 (got " << k << ")");
     if (rows <= 0 || b0 >= b1) return;
 #if PYLA_HAVE_AVX2_PATH
     if (path == CpuIsa::kAvx2) {

@@ -1,11 +1,13 @@
 // Row-invariant linear layers for CPUs without AVX512-BF16: y = x W^T (+ bias), fp32 accumulation,
-// for fp32, fp16 and bf16 weights. std-only (the ATen side is model/fma_linear.h).
+// for fp32, fp16 and bf16 weights and the weight-only quantized formats of kernels/quant_format.h.
+// std-only (the ATen side is model/fma_linear_op.h).
 //
 // Why: a decode step has few rows (1 for greedy, 2-16 for lookahead), where a linear layer is a
 // stream over its weights; library GEMMs round a row differently at different row counts (so
 // steps need a padding row), and oneDNN's bf16 path refuses CPUs without AVX-512. This kernel
 // reads each weight once for up to 6 rows (more rows re-read it from cache) in the weights' own
-// width (bf16/fp16 weights are widened to fp32 in registers: half the bytes of fp32).
+// width (bf16/fp16 weights are widened to fp32 in registers: half the bytes of fp32; quantized
+// weights are dequantized there, to the fp32 values quant_unpack() gives).
 //
 // Exactness: every output element is one fixed sequence, whatever the row count, tile, column
 // range or thread:  acc = 0; for k ascending: acc = acc + x[r][k] * w[c][k];  y = acc (+ bias[c]),
@@ -20,7 +22,8 @@
 
 namespace pylookahead {
 
-enum class WeightFormat { kF32, kF16, kBF16 };
+// kQ8, kQ4: groups of 32 inputs with fp16 scales (kernels/quant_format.h); k a multiple of 32.
+enum class WeightFormat { kF32, kF16, kBF16, kQ8, kQ4 };
 
 // Output columns per packed block.
 constexpr int64_t kFmaLinearBlock = 8;
@@ -36,7 +39,8 @@ bool fma_linear_reads(CpuIsa path, WeightFormat format);
 //   path      fma_linear_path() of the level in use
 //   x         [rows, k] fp32, row r at x + r * x_stride
 //   packed    W [n, k] as [ceil(n / 8), k, 8] in `format` (block b, k index i, lane l holds
-//             W[8 b + l][i]; rows past n are zero)
+//             W[8 b + l][i]; rows past n are zero); quantized formats as quant_format.h lays
+//             them out
 //   bias      [n] fp32, or null
 //   y         [rows, n] fp32, row r at y + r * y_stride; only columns < n are written
 // Cost: rows * k * (b1 - b0) * 8 multiply-adds; reads the blocks' weights once per 6 rows.

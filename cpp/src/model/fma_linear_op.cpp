@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "kernels/fma_linear.h"
+#include "kernels/quant_format.h"
 
 namespace pylookahead {
 
@@ -22,6 +23,37 @@ WeightFormat format_of(at::ScalarType t) {
 
 }  // namespace
 
+WeightFormat fma_linear_format(const at::Tensor& packed) {
+    if (packed.scalar_type() != at::kByte) return format_of(packed.scalar_type());
+    PYLA_CHECK(packed.dim() == 3, "fma_linear: a quantized weight is [blocks, K/32, record]");
+    for (WeightFormat f : {WeightFormat::kQ8, WeightFormat::kQ4}) {
+        if (packed.size(2) == quant_group_bytes(f)) return f;
+    }
+    PYLA_CHECK(false, "fma_linear: no quantized format has records of " << packed.size(2) << " bytes");
+    return WeightFormat::kQ8;
+}
+
+int64_t fma_linear_k(const at::Tensor& packed) {
+    return is_quantized(fma_linear_format(packed)) ? packed.size(1) * kQuantGroup : packed.size(1);
+}
+
+at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format) {
+    PYLA_CHECK(weight.dim() == 2 && is_quantized(format), "fma_linear_quantize needs a [N, K] weight");
+    const at::Tensor w = weight.to(at::kFloat).contiguous();
+    const int64_t n = w.size(0), k = w.size(1);
+    const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock;
+    at::Tensor out = at::empty({blocks, k / kQuantGroup, quant_group_bytes(format)}, at::kByte);
+    // A run of whole blocks is a contiguous part of the layout: threads quantize block ranges.
+    const float* wp = w.data_ptr<float>();
+    uint8_t* op = out.data_ptr<uint8_t>();
+    const int64_t block_bytes = out.stride(0);
+    at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
+        const int64_t c0 = b0 * kFmaLinearBlock, c1 = std::min(n, b1 * kFmaLinearBlock);
+        quant_pack(format, wp + c0 * k, c1 - c0, k, op + b0 * block_bytes);
+    });
+    return out;
+}
+
 at::Tensor fma_linear_pack(const at::Tensor& weight, CpuIsa path) {
     PYLA_CHECK(weight.dim() == 2, "fma_linear_pack needs a [N, K] weight");
     // format_of checks the dtype; a format the path cannot read is packed as fp32.
@@ -38,8 +70,10 @@ at::Tensor fma_linear_pack(const at::Tensor& weight, CpuIsa path) {
 at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
                       const at::Tensor& bias, CpuIsa path, at::ScalarType out_dtype) {
     RECORD_FUNCTION("pylookahead::fma_linear", std::vector<c10::IValue>());
-    PYLA_CHECK(x.dim() == 2 && packed.dim() == 3 && packed.size(2) == kFmaLinearBlock &&
-                   x.size(1) == packed.size(1) && packed.size(0) * kFmaLinearBlock >= n,
+    const WeightFormat format = fma_linear_format(packed);
+    PYLA_CHECK(x.dim() == 2 && packed.dim() == 3 &&
+                   (is_quantized(format) || packed.size(2) == kFmaLinearBlock) &&
+                   x.size(1) == fma_linear_k(packed) && packed.size(0) * kFmaLinearBlock >= n,
                "fma_linear shapes");
     PYLA_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.is_contiguous() &&
                                    bias.numel() == n),
@@ -48,7 +82,6 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
     const at::Tensor xf = x.to(at::kFloat).contiguous();
     at::Tensor y = at::empty({rows, n}, xf.options());
     if (rows > 0) {
-        const WeightFormat format = format_of(packed.scalar_type());
         const float* xp = xf.data_ptr<float>();
         const void* wp = packed.data_ptr();
         const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 
 #include "kernels/cpu_isa.h"
+#include "kernels/fma_linear.h"
 
 namespace pylookahead {
 
@@ -12,8 +13,18 @@ namespace pylookahead {
 // cannot read fp16), rows past N zero.
 at::Tensor fma_linear_pack(const at::Tensor& weight, CpuIsa path);
 
+// W [N, K] (any float dtype; K a multiple of 32) quantized to `format` (kQ8 or kQ4,
+// kernels/quant_format.h) -> uint8 [ceil(N/8), K/32, quant_group_bytes(format)]. Cost: one pass
+// over W, split among threads by column blocks.
+at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format);
+
+// The format of a packed weight (from its dtype, and for uint8 its record size).
+WeightFormat fma_linear_format(const at::Tensor& packed);
+// Input features K of a packed weight.
+int64_t fma_linear_k(const at::Tensor& packed);
+
 // x [M, K] (any float dtype; widened to fp32, exact for fp16/bf16), packed from
-// fma_linear_pack() of an [N, K] weight, bias [N] fp32 or undefined -> [M, N] in `out_dtype`:
+// fma_linear_pack() or fma_linear_quantize() of an [N, K] weight, bias [N] fp32 or undefined -> [M, N] in `out_dtype`:
 // the fp32 result of kernels/fma_linear.h rounded to nearest even.
 at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
                       const at::Tensor& bias, CpuIsa path, at::ScalarType out_dtype);

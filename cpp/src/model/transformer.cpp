@@ -13,6 +13,7 @@
 #include "kernels/cpu_isa.h"
 #include "model/bf16_linear.h"
 #include "model/fma_linear_op.h"
+#include "kernels/quant_format.h"
 #include "io/safetensors.h"
 #include "pylookahead/errors.h"
 
@@ -104,9 +105,24 @@ at::Tensor rope_inv_freq(const ModelConfig& c) {
 }  // namespace
 
 Transformer::Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
-                         at::Device device, std::optional<LinearKernel> linear_kernel)
-    : config_(std::move(config)), dtype_(dtype), device_(device) {
+                         at::Device device, std::optional<LinearKernel> linear_kernel,
+                         std::optional<Quantization> quantize)
+    : config_(std::move(config)), dtype_(dtype), device_(device), quantize_(quantize) {
     const ModelConfig& c = config_;
+    if (quantize_) {
+        // Every linear layer's input width must hold whole groups of 32.
+        for (const auto& [what, width] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
+                                          {"num_attention_heads * head_dim",
+                                           int64_t{c.num_attention_heads} * c.head_dim},
+                                          {"intermediate_size", c.intermediate_size}}) {
+            if (width % kQuantGroup != 0) {
+                throw ConfigError(std::string("quantize needs every linear layer's input width to be a "
+                                              "multiple of ") +
+                                  std::to_string(kQuantGroup) + " (got " + what + " = " +
+                                  std::to_string(width) + ")");
+            }
+        }
+    }
     SafetensorsCheckpoint ckpt(model_dir);
     WeightReader r(ckpt, dtype, device);
     const int64_t hid = c.hidden_size, d = c.head_dim, h = c.num_attention_heads,
@@ -217,6 +233,9 @@ std::string linear_kernel_names() {
 std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
     const bool cpu = device_.is_cpu();
     const std::string where = "dtype " + std::string(c10::toString(dtype_)) + " on " + device_.str();
+    if (quantize_ && !is_fma(kernel)) {
+        return "does not read quantized weights (the engine's avx2 and generic kernels do)";
+    }
     switch (kernel) {
         case LinearKernel::kAten: return "";
         case LinearKernel::kBf16Dot: {
@@ -256,6 +275,8 @@ bool Transformer::try_kernel(LinearKernel kernel) {
     std::function<at::Tensor(const at::Tensor&)> pack;
     if (kernel == LinearKernel::kBf16Dot) {
         pack = bf16_linear_pack;
+    } else if (is_fma(kernel) && quantize_) {
+        pack = [format = quantize_->format](const at::Tensor& w) { return fma_linear_quantize(w, format); };
     } else if (is_fma(kernel)) {
         pack = [path = fma_path(kernel)](const at::Tensor& w) { return fma_linear_pack(w, path); };
     } else {
@@ -299,7 +320,8 @@ bool Transformer::try_kernel(LinearKernel kernel) {
             if (lw.o_bias.defined()) lw.o_bias = lw.o_bias.to(at::kFloat);
         }
     }
-    lm_head_ = pack(lm_head_);  // a packed copy when tied: the embedding keeps its layout
+    // A packed copy when tied: the embedding keeps its layout.
+    lm_head_ = quantize_ && !quantize_->lm_head ? fma_linear_pack(lm_head_, fma_path(kernel)) : pack(lm_head_);
     return true;
 }
 
@@ -341,6 +363,27 @@ void Transformer::pack_weights(std::optional<LinearKernel> want) {
             skipped_.push_back(std::string(name) + ": " + e.what_without_backtrace());
         }
     }
+    // Only quantized weights can leave every kernel out (aten runs everything else).
+    std::string why;
+    for (const std::string& s : skipped_) why += "; " + s;
+    throw ConfigError("quantize: no linear kernel reads quantized weights here" + why);
+}
+
+int64_t Transformer::weight_bytes() const {
+    int64_t bytes = 0;
+    auto add = [&](const at::Tensor& t) {
+        if (t.defined()) bytes += static_cast<int64_t>(t.nbytes());
+    };
+    add(embed_);
+    for (const LayerWeights& lw : layers_) {
+        for (const at::Tensor* t : {&lw.input_norm, &lw.qkv, &lw.qkv_bias, &lw.o, &lw.o_bias,
+                                    &lw.post_norm, &lw.gate_up, &lw.down}) {
+            add(*t);
+        }
+    }
+    add(final_norm_);
+    if (!lm_head_.is_same(embed_)) add(lm_head_);
+    return bytes;
 }
 
 int Transformer::min_invariant_rows() const {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "io/model_config.h"
+#include "kernels/fma_linear.h"
 #include "kv/kv_cache.h"
 
 namespace pylookahead {
@@ -39,8 +40,18 @@ class Transformer {
     // `linear_kernel`: the kernel to use (ConfigError naming the kernel, the dtype and what the
     // CPU lacks if it cannot run here, or if it fails the probe); nullopt = the first of the
     // candidates for the dtype, in order of expected speed, that loads and passes the probe.
+    // Weight-only quantization of the linear layers at load (kernels/quant_format.h): `format`
+    // kQ8 or kQ4; the lm_head too when `lm_head` (a quantized copy when tied: the embedding
+    // keeps dtype). Norms, embeddings and activations stay in dtype. Runs on the engine's
+    // kernels only (avx2, generic).
+    struct Quantization {
+        WeightFormat format = WeightFormat::kQ8;
+        bool lm_head = true;
+    };
+
     Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
-                at::Device device, std::optional<LinearKernel> linear_kernel = std::nullopt);
+                at::Device device, std::optional<LinearKernel> linear_kernel = std::nullopt,
+                std::optional<Quantization> quantize = std::nullopt);
 
     const ModelConfig& config() const { return config_; }
     at::ScalarType dtype() const { return dtype_; }
@@ -65,6 +76,10 @@ class Transformer {
     LinearKernel linear_kernel() const { return kernel_; }
     // The candidates `auto` passed over before linear_kernel(), each as "name: reason".
     const std::vector<std::string>& linear_kernel_skipped() const { return skipped_; }
+    const std::optional<Quantization>& quantization() const { return quantize_; }
+    // Bytes of every weight held (embedding, linear layers as packed, norms; a tied lm_head's
+    // packed copy counted once).
+    int64_t weight_bytes() const;
     // True when the CPU linear weights are held pre-packed (oneDNN's or bf16_linear's layout).
     bool packed_weights() const { return kernel_ != LinearKernel::kAten; }
     // Fewest rows a decode step must run so that every row's result has the same bits as in a
@@ -103,6 +118,7 @@ class Transformer {
     at::Tensor final_norm_;    // [hidden]
     at::Tensor lm_head_;       // [V, hidden] (the embedding when tied)
     at::Tensor inv_freq_;      // [D / 2] fp32, rope scaling applied
+    std::optional<Quantization> quantize_;
     LinearKernel kernel_ = LinearKernel::kAten;  // and the layout of the linear weights
     std::vector<std::string> skipped_;
 };

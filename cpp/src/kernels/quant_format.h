@@ -1,0 +1,51 @@
+// Weight-only quantized formats of the engine's linear kernel (kernels/fma_linear.h): layout,
+// quantization of float weights, and the dequantized values the kernel computes with. std-only.
+//
+// Both formats quantize groups of 32 consecutive inputs (k) of one output column, with fp16
+// scales, as GGUF's Q8_0 and Q4_1 do (so those blocks load without re-quantizing):
+//   kQ8   w = q * d          q int8 in [-127, 127]      1.0625 bytes per weight
+//   kQ4   w = q * d + m      q in [0, 15]               0.625 bytes per weight
+// computed in fp32. q * d is exact there (d is an fp16, |q| < 2^8), so the dequantized weight is
+// one fp32 value per element, the same on every path (kQ4: q * d + m rounded once).
+//
+// Layout of W [n, k] (k a multiple of 32): blocks of 8 output columns, as the float formats, and
+// within a block one record per group, groups ascending:
+//   block b, group g at byte (b * k / 32 + g) * quant_group_bytes(format):
+//     kQ8: fp16 d[8], int8 q[32][8]                 (q[i][l]: input 32 g + i of column 8 b + l)
+//     kQ4: fp16 d[8], fp16 m[8], uint32 q[32]       (lane l of q[i] in bits 4 l .. 4 l + 3)
+// Columns past n are zero (d = m = 0).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/fma_linear.h"
+
+namespace pylookahead {
+
+constexpr int64_t kQuantGroup = 32;  // inputs per quantization group
+
+bool is_quantized(WeightFormat format);
+// Bytes of one group record of one block (272 for kQ8, 160 for kQ4).
+int64_t quant_group_bytes(WeightFormat format);
+// Bytes of the packed W [n, k]; k must be a multiple of kQuantGroup.
+int64_t quant_packed_bytes(WeightFormat format, int64_t n, int64_t k);
+
+// fp16 bits of `f`, rounded to nearest even (overflow -> +-inf, as IEEE conversion does).
+uint16_t fp16_from_float(float f);
+float fp16_to_float(uint16_t h);
+
+// Quantizes W [n, k] fp32 (row c = output column c, contiguous) into `out` (quant_packed_bytes):
+//   kQ8: d = fp16(max |w| / 127), q = round(w / d) clamped to [-127, 127]
+//   kQ4: d = fp16((max w - min w) / 15), m = fp16(min w), q = round((w - m) / d) clamped to [0, 15]
+// (round = to nearest, ties away from zero; d = 0 gives q = 0). Cost: one pass over W.
+void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsigned char* out);
+
+// Writes one group of column `c` as given (GGUF blocks): d and m as fp16 bits (m unused by kQ8),
+// q[32] the group's values (kQ8 int8, kQ4 0..15). `out` holds quant_packed_bytes(format, n, k).
+void quant_set_group(WeightFormat format, unsigned char* out, int64_t n, int64_t k, int64_t c,
+                     int64_t group, uint16_t d, uint16_t m, const int8_t* q);
+
+// The dequantized W [n, k] fp32 of a packed one: the values fma_linear_blocks() multiplies by.
+void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, float* w);
+
+}  // namespace pylookahead

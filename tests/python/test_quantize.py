@@ -1,0 +1,187 @@
+"""Weight-only quantization at load (`Model(..., quantize="int8" | "int4")`, docs/design.md "Quantized weights").
+
+What is checked, through the public API:
+
+* the quantized model is the model whose linear weights are the dequantized values (kernels/quant_format.h):
+  its greedy tokens equal transformers' float64 greedy on a copy whose linear weights were replaced by the same
+  quantization done here in torch (and its prompt logits agree to the float32 tolerance), for every architecture,
+  tied or untied lm_head, with the lm_head quantized or kept;
+* lookahead equals greedy of the *same* quantized model exactly, on both of the engine's kernels (avx2,
+  generic) and in float32 and bfloat16 activations, over a (W, N, G) grid, on tiny models and on SmolLM2;
+* ModelInfo reports the format, the bytes held and the load time; bad options are ValueErrors naming the rule.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from kernel_support import kernels_here
+from pylookahead import LookaheadConfig, Model, Session
+from tiny_models import TINY_VOCAB_SIZE, load_hf
+from tolerances import LOGITS_ATOL, assert_same_tokens
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+GROUP = 32
+LINEAR_NAMES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _round_half_away(x: torch.Tensor) -> torch.Tensor:
+    """std::lround's rule (ties away from zero), exact: the +-0.5 is added in float64."""
+    x64 = x.double()
+    return torch.where(x64 >= 0, torch.floor(x64 + 0.5), torch.ceil(x64 - 0.5)).float()
+
+
+def dequantized(weight: torch.Tensor, fmt: str) -> torch.Tensor:
+    """The values the engine multiplies by after quantizing `weight` [n, k] (kernels/quant_format.h), in fp32."""
+    n, k = weight.shape
+    g = weight.float().reshape(n, k // GROUP, GROUP)
+    if fmt == "int8":
+        amax = g.abs().amax(-1, keepdim=True)
+        d = (amax / 127).half().float()
+        q = torch.where(d == 0, torch.zeros_like(g), _round_half_away(g / d)).clamp(-127, 127)
+        w = q * d
+    else:
+        lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+        d = ((hi - lo) / 15).half().float()
+        m = lo.half().float()
+        q = torch.where(d == 0, torch.zeros_like(g), _round_half_away((g - m) / d)).clamp(0, 15)
+        w = q * d + m  # q d is exact in fp32: the sum rounds once, as in the engine
+    return w.reshape(n, k)
+
+
+def hf_on_dequantized(model_dir, fmt: str, lm_head: bool) -> Any:
+    """transformers in float64 with every linear weight replaced by its dequantized fp32 values."""
+    hf = load_hf(model_dir, torch.float32)
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            for name in LINEAR_NAMES:
+                owner = layer.self_attn if name.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else layer.mlp
+                lin = getattr(owner, name)
+                lin.weight.copy_(dequantized(lin.weight, fmt))
+        if lm_head:
+            # A tied head gets its own quantized copy; the embedding keeps its values (as in the engine).
+            hf.lm_head.weight = torch.nn.Parameter(dequantized(hf.lm_head.weight.detach().clone(), fmt))
+    return hf.double()
+
+
+def tiny_prompt(seed: int) -> list[int]:
+    rng = random.Random(seed)
+    phrase = [rng.randrange(3, TINY_VOCAB_SIZE) for _ in range(5)]
+    return [1] + phrase * 2 + [rng.randrange(3, TINY_VOCAB_SIZE) for _ in range(4)] + phrase[:2]
+
+
+def _next_logits(hf: Any, prompt: list[int]):
+    def next_logits(prefix: list[int]) -> np.ndarray:
+        with torch.no_grad():
+            return hf(torch.tensor([prompt + prefix])).logits[0, -1].double().numpy()
+
+    return next_logits
+
+
+@pytest.mark.parametrize("lm_head", [True, False])
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("arch, tied", [("llama", False), ("llama", True), ("qwen2", False), ("mistral", False)])
+def test_tiny_quantized_model_is_the_dequantized_model(tiny_model_factory, arch, tied, fmt, lm_head) -> None:
+    model_dir = tiny_model_factory(arch, seed=17, tie_word_embeddings=tied)
+    model = Model(model_dir, dtype="float32", quantize=fmt, quantize_lm_head=lm_head)
+    assert (model.info.quantize, model.info.quantize_lm_head) == (fmt, lm_head)
+    hf = hf_on_dequantized(model_dir, fmt, lm_head)
+    session = Session(model)
+    for seed in range(3):
+        prompt = tiny_prompt(seed)
+        with torch.no_grad():
+            want_logits = hf(torch.tensor([prompt])).logits[0].numpy()
+        got_logits = session.prompt_logits(prompt)
+        assert np.abs(got_logits - want_logits).max() <= LOGITS_ATOL["float32"], (arch, fmt, seed)
+        with torch.no_grad():
+            ids = torch.tensor([prompt])
+            want = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
+                               eos_token_id=[2], pad_token_id=2)[0, len(prompt):].tolist()  # fmt: skip
+        got = session.generate(prompt, max_new_tokens=24).token_ids
+        assert_same_tokens(want, got, dtype="float32", next_logits=_next_logits(hf, prompt),
+                           what=f"tiny {arch} tied={tied} {fmt} lm_head={lm_head} seed {seed}")  # fmt: skip
+
+
+def _cases() -> list[tuple[str, str, str]]:
+    return [(fmt, dtype, kernel) for fmt in ("int8", "int4") for dtype in ("float32", "bfloat16")
+            for kernel in ("avx2", "generic")]  # fmt: skip
+
+
+GRID = [(0, 4, 2), (2, 3, 2), (4, 4, 4), (5, 5, 3), (0, 6, 5)]
+
+
+@pytest.mark.parametrize("fmt, dtype, kernel", _cases())
+@pytest.mark.parametrize("arch, tied", [("llama", True), ("qwen2", False)])
+def test_tiny_quantized_lookahead_equals_greedy(tiny_model_factory, arch, tied, fmt, dtype, kernel) -> None:
+    model_dir = tiny_model_factory(arch, seed=23, tie_word_embeddings=tied)
+    if kernel not in kernels_here(model_dir, dtype):
+        pytest.skip(f"linear_kernel {kernel!r} does not run for {dtype} here")
+    model = Model(model_dir, dtype=dtype, linear_kernel=kernel, quantize=fmt)
+    assert (model.info.linear_kernel, model.info.quantize) == (kernel, fmt)
+    session = Session(model)
+    for seed in range(3):
+        prompt = tiny_prompt(seed)
+        greedy = session.generate(prompt, 40)
+        for w, n, g in GRID:
+            out = session.generate(prompt, 40, LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g))
+            assert out.token_ids == greedy.token_ids, (arch, fmt, dtype, kernel, seed, (w, n, g))
+        assert session.generate(prompt, 40, "auto").token_ids == greedy.token_ids
+
+
+def test_tiny_quantized_info(tiny_model_factory) -> None:
+    model_dir = tiny_model_factory("llama", seed=3)
+    infos = {fmt: Model(model_dir, dtype="float32", quantize=fmt).info for fmt in (None, "int8", "int4")}
+    assert infos[None].quantize == "none" and not infos[None].quantize_lm_head
+    assert infos["int8"].linear_kernel in ("avx2", "generic")
+    # Embedding (97 x 64 fp32) and norms stay; the linear layers shrink to 34/128 and 20/128 of fp32.
+    assert infos["int4"].weight_bytes < infos["int8"].weight_bytes < infos[None].weight_bytes
+    assert all(info.load_seconds > 0 for info in infos.values())
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(quantize="int3"), r"quantize must be one of none, int8, int4 \(got 'int3'\)"),
+        (dict(quantize=8), r"quantize must be None, 'int8' or 'int4' \(got 8\)"),
+        (dict(quantize="int8", quantize_lm_head="yes"), r"quantize_lm_head must be a bool"),
+        (dict(quantize="int8", linear_kernel="aten"), r"linear_kernel 'aten' does not read quantized weights"),
+        (dict(quantize="int4", dtype="float64"), r"quantize: no linear kernel reads quantized weights here.*avx2"),
+    ],
+)
+def test_tiny_bad_quantize(tiny_model_factory, kwargs, pattern) -> None:
+    with pytest.raises(ValueError, match=pattern):
+        Model(tiny_model_factory("llama", seed=3), **kwargs)
+
+
+def test_tiny_quantize_needs_whole_groups(tiny_model_factory) -> None:
+    model_dir = tiny_model_factory("llama", seed=3, head_dim=12)  # o_proj reads 4 heads x 12 = 48
+    with pytest.raises(ValueError, match=r"multiple of 32 \(got num_attention_heads \* head_dim = 48\)"):
+        Model(model_dir, quantize="int8")
+    assert Model(model_dir).info.quantize == "none"  # the same checkpoint loads unquantized
+
+
+# ---- SmolLM2-135M ----------------------------------------------------------------------------------------------
+
+SMOLLM2_PROMPTS = [
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n',
+    "The three primary colors are",
+]
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_smollm2_quantized_lookahead_equals_greedy(smollm2_dir, fmt: str) -> None:
+    model = Model(smollm2_dir, dtype="float32", quantize=fmt)
+    session = Session(model)
+    for text in SMOLLM2_PROMPTS:
+        prompt = model.tokenizer.encode(text)
+        greedy = session.generate(prompt, 48)
+        for w, n, g in [(0, 4, 4), (4, 4, 4), (6, 5, 4)]:
+            out = session.generate(prompt, 48, LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g))
+            assert out.token_ids == greedy.token_ids, (fmt, text, (w, n, g))
+        assert session.generate(prompt, 48, "auto").token_ids == greedy.token_ids
