@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 
@@ -261,6 +262,7 @@ void bind_results(py::module_& m) {
         .def_readonly("quantize", &ModelInfo::quantize)
         .def_readonly("quantize_lm_head", &ModelInfo::quantize_lm_head)
         .def_readonly("weight_bytes", &ModelInfo::weight_bytes)
+        .def_readonly("weight_notes", &ModelInfo::weight_notes)
         .def_readonly("load_seconds", &ModelInfo::load_seconds);
 }
 
@@ -396,6 +398,45 @@ void bind_session(py::module_& m) {
         .def_property_readonly("kv_capacity", &Session::kv_capacity);
 }
 
+void bind_gguf(py::module_& m) {
+    m.def(
+        "read_gguf_info",
+        [](const std::string& path) {
+            GgufInfo info;
+            {
+                py::gil_scoped_release release;
+                info = read_gguf_info(path);
+            }
+            py::list tensors;
+            for (const GgufTensorInfo& t : info.tensors) tensors.append(py::make_tuple(t.name, t.type, t.shape));
+            py::dict out;
+            out["metadata"] = info.metadata;
+            out["tensors"] = tensors;
+            return out;
+        },
+        py::arg("path"),
+        "{'metadata': {key: text}, 'tensors': [(name, type, shape)]} of a GGUF file, validated as "
+        "Model loading validates it (ModelLoadError naming the key or tensor).");
+    m.def(
+        "read_gguf_tensor",
+        [](const std::string& path, const std::string& name) {
+            std::vector<float> values;
+            std::vector<int64_t> shape;
+            {
+                py::gil_scoped_release release;
+                values = read_gguf_tensor(path, name);
+                for (const GgufTensorInfo& t : read_gguf_info(path).tensors) {
+                    if (t.name == name) shape = t.shape;
+                }
+            }
+            py::array_t<float> out(shape);
+            std::memcpy(out.mutable_data(), values.data(), values.size() * sizeof(float));
+            return out;
+        },
+        py::arg("path"), py::arg("name"),
+        "Tensor `name` of a GGUF file dequantized to float32, rows as stored.");
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
@@ -405,4 +446,5 @@ PYBIND11_MODULE(_core, m) {
     bind_config(m);
     bind_results(m);
     bind_session(m);
+    bind_gguf(m);
 }

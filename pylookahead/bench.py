@@ -118,8 +118,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct", help="catalogue name or checkpoint directory")
     p.add_argument("--dtype", default="bfloat16", choices=_DTYPES)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
-                   help="the engine's linear layers quantized at load (transformers keeps --dtype)")
+    p.add_argument("--quantize", default="auto", choices=["auto", "none", "int8", "int4"],
+                   help="the engine's linear-layer formats (EngineConfig.quantize; transformers keeps --dtype)")
     p.add_argument("--threads", type=int, default=0, help="CPU threads for every method (0: torch's default)")
     p.add_argument(
         "--dataset", default="mtbench",
@@ -749,7 +749,7 @@ def run_benchmark(
         torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
     model = Model(args.model, device=args.device, dtype=args.dtype, num_threads=args.threads,
-                  quantize=None if args.quantize == "none" else args.quantize)  # fmt: skip
+                  quantize=args.quantize)  # fmt: skip
     load_s = time.perf_counter() - t0
     model_label = _model_label(args.model, model.path)
 

@@ -62,7 +62,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     model = Model(args.model, device=args.device, dtype=args.dtype, num_threads=args.threads,
-                  quantize=None if args.quantize == "none" else args.quantize)  # fmt: skip
+                  quantize=args.quantize)  # fmt: skip
     session = Session(model)
     load_s = time.perf_counter() - t0
     prompt = args.prompt
@@ -94,6 +94,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
           f"{info.weight_bytes / 2**20:.0f} MiB)", file=sys.stderr)  # fmt: skip
     for skipped in info.linear_kernel_skipped:
         print(f"(  passed over {skipped})", file=sys.stderr)
+    for note in info.weight_notes:
+        print(f"(  linear weights: {note})", file=sys.stderr)
     label = "greedy" if lookahead is None else "auto" if lookahead == "auto" else f"lookahead {lookahead}"
     print(_summary(label, out))
     if lookahead == "auto":
@@ -178,8 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     g.add_argument("--device", default="cpu")
-    g.add_argument("--quantize", default="none", choices=["none", "int8", "int4"],
-                   help="quantize the linear layers at load (weight-only; lookahead stays exact)")
+    g.add_argument("--quantize", default="auto", choices=["auto", "none", "int8", "int4"],
+                   help="linear-layer formats: the checkpoint's (auto: a GGUF's Q8_0/Q5_0/Q4_0/Q4_1 as they are), "
+                        "dtype (none), or quantized at load (int8, int4); lookahead stays exact")
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
     _lookahead_args(g)
     g.set_defaults(func=cmd_generate)

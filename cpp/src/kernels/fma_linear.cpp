@@ -44,6 +44,13 @@ inline __attribute__((always_inline)) V widen_bf16(const unsigned char* p) {
     return f;
 }
 
+// The sum of a group's 32 inputs, left to right (scalar: the same bits on every path).
+inline float group_sum(const float* x) {
+    float sum = 0.0f;
+    for (int i = 0; i < 32; ++i) sum += x[i];
+    return sum;
+}
+
 // Lane l of a broadcast 32-bit word shifted right by 4 l: its nibble l in the low bits.
 constexpr U32x8 kNibbleShifts = {0, 4, 8, 12, 16, 20, 24, 28};
 
@@ -81,14 +88,14 @@ inline __attribute__((always_inline)) V load_scales(const unsigned char* p) {
     std::memcpy(&f, &bits, sizeof f);
     return f;
 }
-inline __attribute__((always_inline)) V dequant_q8(const unsigned char* p, V d) {
+inline __attribute__((always_inline)) V load_q8(const unsigned char* p) {
     I8x8 q;
     std::memcpy(&q, p, sizeof q);
-    return __builtin_convertvector(__builtin_convertvector(q, I32x8), V) * d;
+    return __builtin_convertvector(__builtin_convertvector(q, I32x8), V);
 }
-inline __attribute__((always_inline)) V dequant_q4(uint32_t word, V d, V m) {
+inline __attribute__((always_inline)) V load_q4(uint32_t word) {
     const U32x8 q = (U32x8{} + word) >> kNibbleShifts & 0xfu;
-    return __builtin_convertvector(__builtin_convertvector(q, I32x8), V) * d + m;
+    return __builtin_convertvector(__builtin_convertvector(q, I32x8), V);
 }
 #include "kernels/fma_linear_tiles.inc"
 #undef PYLA_TILE_TARGET
@@ -115,17 +122,13 @@ PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_w(const unsigned c
 PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_scales(const unsigned char* p) {
     return (V)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
-PYLA_TILE_TARGET inline __attribute__((always_inline)) V dequant_q8(const unsigned char* p, V d) {
-    const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    return (V)_mm256_mul_ps(_mm256_cvtepi32_ps(q), (__m256)d);
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_q8(const unsigned char* p) {
+    return (V)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-// q d is exact (an fp16 times a 4-bit integer), so the fused q d + m rounds as the generic path's
-// product-then-sum does.
-PYLA_TILE_TARGET inline __attribute__((always_inline)) V dequant_q4(uint32_t word, V d, V m) {
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_q4(uint32_t word) {
     const __m256i shifted = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)),
                                               (__m256i)kNibbleShifts);
-    const __m256i q = _mm256_and_si256(shifted, _mm256_set1_epi32(0xf));
-    return (V)_mm256_fmadd_ps(_mm256_cvtepi32_ps(q), (__m256)d, (__m256)m);
+    return (V)_mm256_cvtepi32_ps(_mm256_and_si256(shifted, _mm256_set1_epi32(0xf)));
 }
 #include "kernels/fma_linear_tiles.inc"
 #undef PYLA_TILE_TARGET

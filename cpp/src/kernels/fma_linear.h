@@ -7,12 +7,16 @@
 // steps need a padding row), and oneDNN's bf16 path refuses CPUs without AVX-512. This kernel
 // reads each weight once for up to 6 rows (more rows re-read it from cache) in the weights' own
 // width (bf16/fp16 weights are widened to fp32 in registers: half the bytes of fp32; quantized
-// weights are dequantized there, to the fp32 values quant_unpack() gives).
+// values are widened there and scaled once per group).
 //
 // Exactness: every output element is one fixed sequence, whatever the row count, tile, column
 // range or thread:  acc = 0; for k ascending: acc = acc + x[r][k] * w[c][k];  y = acc (+ bias[c]),
 // where `+ *` is one fused multiply-add on the avx2 path and a product then a sum (no fusion) on
-// the generic path. Rows therefore get the same bits at 1 row as at 100 (the two paths differ
+// the generic path. Quantized formats (groups of 32 inputs, values q, scale d, offset m) use
+//   acc = 0; for each group ascending: s = 0; for k in the group ascending: s = s + x[r][k] * q[c][k];
+//                                      acc = acc + s * d[c];  kQ4 also: acc = acc + xsum * m[c]
+// with xsum the group's x[r][k] summed left to right (plain adds), so each weight costs one
+// conversion and one multiply-add, and the scales one per group. Rows therefore get the same bits at 1 row as at 100 (the two paths differ
 // from each other, so one process uses one path for every step).
 #pragma once
 

@@ -137,27 +137,37 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
     }
 }
 
-void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, float* w) {
+void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, int64_t c,
+                     int64_t group, int8_t* q, uint16_t* d, uint16_t* m) {
     check_shape(format, n, k);
+    PYLA_CHECK(c >= 0 && c < n && group >= 0 && group < k / kQuantGroup, "quant_get_group index");
+    const unsigned char* rec = packed + record_at(format, k, c / kLanes, group);
+    const int64_t lane = c % kLanes;
+    *d = get_u16(rec + lane * 2);
+    if (format == WeightFormat::kQ8) {
+        *m = 0;
+        for (int64_t i = 0; i < kQuantGroup; ++i) q[i] = static_cast<int8_t>(rec[kLanes * 2 + i * kLanes + lane]);
+        return;
+    }
+    *m = get_u16(rec + (kLanes + lane) * 2);
+    for (int64_t i = 0; i < kQuantGroup; ++i) {
+        uint32_t word;
+        std::memcpy(&word, rec + kLanes * 4 + i * 4, sizeof word);
+        q[i] = static_cast<int8_t>((word >> (4 * lane)) & 0xfu);
+    }
+}
+
+void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, float* w) {
+    int8_t q[kQuantGroup];
+    uint16_t d16, m16;
     for (int64_t c = 0; c < n; ++c) {
-        const int64_t lane = c % kLanes;
         for (int64_t g = 0; g < k / kQuantGroup; ++g) {
-            const unsigned char* rec = packed + record_at(format, k, c / kLanes, g);
-            const float d = fp16_to_float(get_u16(rec + lane * 2));
+            quant_get_group(format, packed, n, k, c, g, q, &d16, &m16);
+            const float d = fp16_to_float(d16), m = fp16_to_float(m16);
             float* dst = w + c * k + g * kQuantGroup;
-            if (format == WeightFormat::kQ8) {
-                for (int64_t i = 0; i < kQuantGroup; ++i) {
-                    dst[i] = static_cast<float>(static_cast<int8_t>(rec[kLanes * 2 + i * kLanes + lane])) * d;
-                }
-            } else {
-                const float m = fp16_to_float(get_u16(rec + (kLanes + lane) * 2));
-                for (int64_t i = 0; i < kQuantGroup; ++i) {
-                    uint32_t word;
-                    std::memcpy(&word, rec + kLanes * 4 + i * 4, sizeof word);
-                    const float qf = static_cast<float>((word >> (4 * lane)) & 0xfu);
-                    volatile float prod = qf * d;  // exact; kept apart so that the sum rounds once
-                    dst[i] = prod + m;
-                }
+            for (int64_t i = 0; i < kQuantGroup; ++i) {
+                volatile float prod = static_cast<float>(q[i]) * d;  // exact; the sum rounds once
+                dst[i] = format == WeightFormat::kQ8 ? prod : prod + m;
             }
         }
     }

@@ -5,8 +5,8 @@
 // scales, as GGUF's Q8_0 and Q4_1 do (so those blocks load without re-quantizing):
 //   kQ8   w = q * d          q int8 in [-127, 127]      1.0625 bytes per weight
 //   kQ4   w = q * d + m      q in [0, 15]               0.625 bytes per weight
-// computed in fp32. q * d is exact there (d is an fp16, |q| < 2^8), so the dequantized weight is
-// one fp32 value per element, the same on every path (kQ4: q * d + m rounded once).
+// computed in fp32 (q * d is exact there: d is an fp16, |q| < 2^8). The kernel scales per group
+// (fma_linear.h); quant_unpack() gives the dequantized weights, the reference of its tolerance.
 //
 // Layout of W [n, k] (k a multiple of 32): blocks of 8 output columns, as the float formats, and
 // within a block one record per group, groups ascending:
@@ -45,7 +45,12 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
 void quant_set_group(WeightFormat format, unsigned char* out, int64_t n, int64_t k, int64_t c,
                      int64_t group, uint16_t d, uint16_t m, const int8_t* q);
 
-// The dequantized W [n, k] fp32 of a packed one: the values fma_linear_blocks() multiplies by.
+// Reads back one group of column `c`: q[32] (kQ8 int8, kQ4 0..15), d and m as fp16 bits (m = 0
+// for kQ8).
+void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, int64_t c,
+                     int64_t group, int8_t* q, uint16_t* d, uint16_t* m);
+
+// The dequantized W [n, k] fp32 of a packed one (kQ4: q * d + m rounded once).
 void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, float* w);
 
 }  // namespace pylookahead

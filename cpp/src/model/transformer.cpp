@@ -14,6 +14,8 @@
 #include "model/bf16_linear.h"
 #include "model/fma_linear_op.h"
 #include "kernels/quant_format.h"
+#include "io/gguf.h"
+#include "io/gguf_config.h"
 #include "io/safetensors.h"
 #include "pylookahead/errors.h"
 
@@ -37,32 +39,53 @@ std::string shape_str(at::IntArrayRef s) {
     return out + "]";
 }
 
-// Reads tensors by name, checks their shapes, and records which ones were used so that
-// leftovers can be reported as unexpected.
+// Reads tensors by Hugging Face name from a safetensors checkpoint or a GGUF file, checks their
+// shapes, and records which ones were used so that leftovers can be reported as unexpected.
 class WeightReader {
   public:
-    WeightReader(const SafetensorsCheckpoint& ckpt, at::ScalarType dtype, at::Device device)
-        : ckpt_(ckpt), dtype_(dtype), device_(device) {}
-
-    at::Tensor get(const std::string& name, std::vector<int64_t> shape) {
-        const TensorInfo& info = ckpt_.get(name);
-        if (info.shape != shape) {
-            throw ModelLoadError(info.file + ": tensor '" + name + "' has shape " +
-                                 shape_str(info.shape) + ", expected " + shape_str(shape) +
-                                 " from config.json");
+    WeightReader(const std::string& path, const ModelConfig& config, at::ScalarType dtype, at::Device device)
+        : config_(config), dtype_(dtype), device_(device) {
+        if (is_gguf_checkpoint(path)) {
+            gguf_.emplace(path);
+        } else {
+            st_.emplace(path);
         }
+    }
+
+    bool contains(const std::string& name) const {
+        return gguf_ ? gguf_->find(gguf_tensor_name(name)) != nullptr : st_->contains(name);
+    }
+
+    // The tensor in dtype on the device.
+    at::Tensor get(const std::string& name, std::vector<int64_t> shape) {
+        if (gguf_) return gguf_dense(part(name, shape)).to(at::TensorOptions().dtype(dtype_).device(device_));
+        const TensorInfo& info = st_->get(name);
+        check_shape(info.file, name, info.shape, shape);
         used_.insert(name);
         // The mmap goes away after loading: from_blob + to() always copies (clone when same dtype).
         at::Tensor src = at::from_blob(const_cast<unsigned char*>(info.data), info.shape,
                                        at::TensorOptions().dtype(to_torch(info.dtype)));
-        at::Tensor out = src.to(at::TensorOptions().dtype(dtype_).device(device_), false, true);
-        return out;
+        return src.to(at::TensorOptions().dtype(dtype_).device(device_), false, true);
     }
 
-    void mark_ignored(const std::string& name) { used_.insert(name); }
+    // The GGUF tensor of `name` as a part of a linear weight (shape checked); nullopt for
+    // safetensors.
+    std::optional<GgufPart> gguf_part(const std::string& name, std::vector<int64_t> shape) {
+        if (!gguf_) return std::nullopt;
+        return part(name, shape);
+    }
 
     void check_all_used() const {
-        for (const auto& kv : ckpt_.tensors()) {
+        if (gguf_) {
+            for (const auto& [name, t] : gguf_->tensors()) {
+                if (used_.count(name) == 0) {
+                    throw ModelLoadError(gguf_->path() + ": unexpected tensor '" + name +
+                                         "' (not part of this architecture)");
+                }
+            }
+            return;
+        }
+        for (const auto& kv : st_->tensors()) {
             if (used_.count(kv.first) == 0 &&
                 kv.first.find("rotary_emb.inv_freq") == std::string::npos) {
                 throw ModelLoadError(kv.second.file + ": unexpected tensor '" + kv.first +
@@ -72,9 +95,28 @@ class WeightReader {
     }
 
   private:
-    const SafetensorsCheckpoint& ckpt_;
+    static void check_shape(const std::string& file, const std::string& name, const std::vector<int64_t>& got,
+                            const std::vector<int64_t>& want) {
+        if (got != want) {
+            throw ModelLoadError(file + ": tensor '" + name + "' has shape " + shape_str(got) + ", expected " +
+                                 shape_str(want) + " from the config");
+        }
+    }
+
+    GgufPart part(const std::string& name, const std::vector<int64_t>& shape) {
+        const std::string gname = gguf_tensor_name(name);
+        const GgufTensor* t = gname.empty() ? nullptr : gguf_->find(gname);
+        if (!t) throw ModelLoadError(gguf_->path() + ": missing tensor '" + gname + "' (" + name + ")");
+        check_shape(gguf_->path(), gname, t->shape, shape);
+        used_.insert(gname);
+        return GgufPart{t, gguf_rows_permuted(config_, name) ? config_.head_dim : 0};
+    }
+
+    const ModelConfig& config_;
     at::ScalarType dtype_;
     at::Device device_;
+    std::optional<SafetensorsCheckpoint> st_;
+    std::optional<GgufFile> gguf_;
     std::set<std::string> used_;
 };
 
@@ -104,12 +146,12 @@ at::Tensor rope_inv_freq(const ModelConfig& c) {
 
 }  // namespace
 
-Transformer::Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
+Transformer::Transformer(const std::string& path, ModelConfig config, at::ScalarType dtype,
                          at::Device device, std::optional<LinearKernel> linear_kernel,
-                         std::optional<Quantization> quantize)
+                         Quantization quantize)
     : config_(std::move(config)), dtype_(dtype), device_(device), quantize_(quantize) {
     const ModelConfig& c = config_;
-    if (quantize_) {
+    if (quantize_.mode == Quantization::Mode::kFormat) {
         // Every linear layer's input width must hold whole groups of 32.
         for (const auto& [what, width] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
                                           {"num_attention_heads * head_dim",
@@ -123,47 +165,65 @@ Transformer::Transformer(const std::string& model_dir, ModelConfig config, at::S
             }
         }
     }
-    SafetensorsCheckpoint ckpt(model_dir);
-    WeightReader r(ckpt, dtype, device);
+    WeightReader r(path, c, dtype, device);
     const int64_t hid = c.hidden_size, d = c.head_dim, h = c.num_attention_heads,
                   hkv = c.num_key_value_heads, inter = c.intermediate_size, v = c.vocab_size;
 
+    // A linear weight: the dense tensor, and its GGUF parts (for packing them as they are).
+    auto linear = [&](std::initializer_list<std::pair<std::string, int64_t>> parts, int64_t k) {
+        std::vector<at::Tensor> dense;
+        std::vector<GgufPart> gguf;
+        for (const auto& [name, rows] : parts) {
+            dense.push_back(r.get(name, {rows, k}));
+            if (auto p = r.gguf_part(name, {rows, k})) gguf.push_back(*p);
+        }
+        gguf_parts_.push_back(std::move(gguf));
+        return dense.size() == 1 ? dense.front() : at::cat(dense, 0).contiguous();
+    };
     embed_ = r.get("model.embed_tokens.weight", {v, hid});
     for (int i = 0; i < c.num_hidden_layers; ++i) {
         const std::string p = "model.layers." + std::to_string(i) + ".";
         LayerWeights lw;
         lw.input_norm = r.get(p + "input_layernorm.weight", {hid});
-        at::Tensor q = r.get(p + "self_attn.q_proj.weight", {h * d, hid});
-        at::Tensor k = r.get(p + "self_attn.k_proj.weight", {hkv * d, hid});
-        at::Tensor vv = r.get(p + "self_attn.v_proj.weight", {hkv * d, hid});
-        lw.qkv = at::cat({q, k, vv}, 0).contiguous();
+        lw.qkv = linear({{p + "self_attn.q_proj.weight", h * d},
+                         {p + "self_attn.k_proj.weight", hkv * d},
+                         {p + "self_attn.v_proj.weight", hkv * d}},
+                        hid);
         if (c.attention_bias) {
             lw.qkv_bias = at::cat({r.get(p + "self_attn.q_proj.bias", {h * d}),
                                    r.get(p + "self_attn.k_proj.bias", {hkv * d}),
                                    r.get(p + "self_attn.v_proj.bias", {hkv * d})},
                                   0);
         }
-        lw.o = r.get(p + "self_attn.o_proj.weight", {hid, h * d});
+        lw.o = linear({{p + "self_attn.o_proj.weight", hid}}, h * d);
         if (c.attention_output_bias) lw.o_bias = r.get(p + "self_attn.o_proj.bias", {hid});
         lw.post_norm = r.get(p + "post_attention_layernorm.weight", {hid});
-        lw.gate_up = at::cat({r.get(p + "mlp.gate_proj.weight", {inter, hid}),
-                              r.get(p + "mlp.up_proj.weight", {inter, hid})},
-                             0)
-                         .contiguous();
-        lw.down = r.get(p + "mlp.down_proj.weight", {hid, inter});
+        lw.gate_up = linear({{p + "mlp.gate_proj.weight", inter}, {p + "mlp.up_proj.weight", inter}}, hid);
+        lw.down = linear({{p + "mlp.down_proj.weight", hid}}, inter);
         layers_.push_back(std::move(lw));
     }
     final_norm_ = r.get("model.norm.weight", {hid});
     if (c.tie_word_embeddings) {
         lm_head_ = embed_;
+        gguf_parts_.emplace_back();
+        if (auto p = r.gguf_part("model.embed_tokens.weight", {v, hid})) gguf_parts_.back().push_back(*p);
         // Some exporters store the tied copy anyway; it must then equal the embedding's shape.
-        if (ckpt.contains("lm_head.weight")) r.get("lm_head.weight", {v, hid});
+        if (r.contains("lm_head.weight")) r.get("lm_head.weight", {v, hid});
     } else {
-        lm_head_ = r.get("lm_head.weight", {v, hid});
+        lm_head_ = linear({{"lm_head.weight", v}}, hid);
     }
     r.check_all_used();
     inv_freq_ = rope_inv_freq(c).to(device);
+    // Quantized when asked for, or when a GGUF file holds linear weights the kernels read as they are.
+    quantized_ = quantize_.mode == Quantization::Mode::kFormat;
+    if (quantize_.mode == Quantization::Mode::kAuto) {
+        for (size_t i = 0; i < gguf_parts_.size(); ++i) {
+            const bool is_lm_head = i + 1 == gguf_parts_.size();
+            if (gguf_kept_format(gguf_parts_[i]) && (!is_lm_head || quantize_.lm_head)) quantized_ = true;
+        }
+    }
     pack_weights(linear_kernel);
+    gguf_parts_.clear();  // the file closes with the reader
 }
 
 namespace {
@@ -233,7 +293,7 @@ std::string linear_kernel_names() {
 std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
     const bool cpu = device_.is_cpu();
     const std::string where = "dtype " + std::string(c10::toString(dtype_)) + " on " + device_.str();
-    if (quantize_ && !is_fma(kernel)) {
+    if (quantized_ && !is_fma(kernel)) {
         return "does not read quantized weights (the engine's avx2 and generic kernels do)";
     }
     switch (kernel) {
@@ -271,21 +331,61 @@ std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
     return "";
 }
 
-bool Transformer::try_kernel(LinearKernel kernel) {
-    std::function<at::Tensor(const at::Tensor&)> pack;
-    if (kernel == LinearKernel::kBf16Dot) {
-        pack = bf16_linear_pack;
-    } else if (is_fma(kernel) && quantize_) {
-        pack = [format = quantize_->format](const at::Tensor& w) { return fma_linear_quantize(w, format); };
-    } else if (is_fma(kernel)) {
-        pack = [path = fma_path(kernel)](const at::Tensor& w) { return fma_linear_pack(w, path); };
-    } else {
-        pack = [](const at::Tensor& w) {
-            torch::jit::Stack stack{w, c10::IValue(static_cast<int64_t>(2))};
-            reorder_op()->callBoxed(&stack);
-            return stack[0].toTensor();
-        };
+at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense,
+                                   const std::vector<GgufPart>& parts, bool is_lm_head, bool note) {
+    std::string source = parts.empty() ? "checkpoint" : std::string(ggml_type_name(parts.front().tensor->type));
+    for (const GgufPart& p : parts) {
+        if (ggml_type_name(p.tensor->type) != source) source = "mixed GGUF types";
     }
+    std::string action;
+    at::Tensor out;
+    const std::optional<WeightFormat> kept = gguf_kept_format(parts);
+    const bool may_quantize = !is_lm_head || quantize_.lm_head;
+    const std::string dtype_name = dtype_ == at::kFloat      ? "float32"
+                                   : dtype_ == at::kBFloat16 ? "bfloat16"
+                                   : dtype_ == at::kHalf     ? "float16"
+                                                             : "float64";
+    if (kernel == LinearKernel::kBf16Dot) {
+        out = bf16_linear_pack(dense);
+    } else if (kernel == LinearKernel::kOneDnnPacked) {
+        torch::jit::Stack stack{dense, c10::IValue(static_cast<int64_t>(2))};
+        reorder_op()->callBoxed(&stack);
+        out = stack[0].toTensor();
+    } else if (kernel == LinearKernel::kAten) {
+        out = dense;
+    } else if (may_quantize && kept && (quantize_.mode == Quantization::Mode::kAuto ||
+                                        (quantize_.mode == Quantization::Mode::kFormat && *kept == quantize_.format))) {
+        out = gguf_pack_kept(parts, *kept);
+        action = std::string("as they are (") + (*kept == WeightFormat::kQ8 ? "int8" : "int4") + ")";
+    } else if (may_quantize && quantize_.mode == Quantization::Mode::kFormat) {
+        out = fma_linear_quantize(dense, quantize_.format);
+        action = std::string("quantized to ") + (quantize_.format == WeightFormat::kQ8 ? "int8" : "int4");
+    } else {
+        out = fma_linear_pack(dense, fma_path(kernel));
+    }
+    if (note) {
+        if (action.empty()) action = parts.empty() ? "in " + dtype_name : "dequantized to " + dtype_name;
+        const std::string key = source + ": ";
+        const std::string tail = " " + action;
+        bool found = false;
+        for (std::string& n : weight_notes_) {
+            if (n.compare(0, key.size(), key) == 0 && n.size() > tail.size() &&
+                n.compare(n.size() - tail.size(), tail.size(), tail) == 0) {
+                const int64_t count = std::stoll(n.substr(key.size())) + 1;
+                n = key + std::to_string(count) + tail;
+                found = true;
+            }
+        }
+        if (!found) weight_notes_.push_back(key + "1" + tail);
+    }
+    return out;
+}
+
+bool Transformer::try_kernel(LinearKernel kernel) {
+    static const std::vector<GgufPart> kNoParts;
+    auto parts = [&](size_t i) -> const std::vector<GgufPart>& {
+        return i < gguf_parts_.size() ? gguf_parts_[i] : kNoParts;
+    };
     // The engine's kernels are row-invariant at every row count; oneDNN from 2 rows on.
     const int min_rows = kernel == LinearKernel::kOneDnnPacked ? 2 : 1;
     // The engine's kernels add biases in fp32: converted once at load, not on every call.
@@ -294,7 +394,7 @@ bool Transformer::try_kernel(LinearKernel kernel) {
     // Probe that on this CPU with the first layer's qkv (and bias), packed for `kernel`, before
     // packing the rest.
     LayerWeights& first = layers_.front();
-    const at::Tensor packed_qkv = pack(first.qkv);
+    const at::Tensor packed_qkv = pack_linear(kernel, first.qkv, parts(0), false, false);
     at::Tensor bias = first.qkv_bias;
     if (bias.defined() && fp32_bias) bias = bias.to(at::kFloat);
     const int64_t hid = config_.hidden_size;
@@ -310,18 +410,20 @@ bool Transformer::try_kernel(LinearKernel kernel) {
             return false;
         }
     }
-    for (LayerWeights& lw : layers_) {
-        lw.qkv = &lw == &first ? packed_qkv : pack(lw.qkv);
-        lw.o = pack(lw.o);
-        lw.gate_up = pack(lw.gate_up);
-        lw.down = pack(lw.down);
+    weight_notes_.clear();
+    for (size_t i = 0; i < layers_.size(); ++i) {
+        LayerWeights& lw = layers_[i];
+        lw.qkv = pack_linear(kernel, lw.qkv, parts(4 * i), false, true);
+        lw.o = pack_linear(kernel, lw.o, parts(4 * i + 1), false, true);
+        lw.gate_up = pack_linear(kernel, lw.gate_up, parts(4 * i + 2), false, true);
+        lw.down = pack_linear(kernel, lw.down, parts(4 * i + 3), false, true);
         if (fp32_bias) {
             if (lw.qkv_bias.defined()) lw.qkv_bias = lw.qkv_bias.to(at::kFloat);
             if (lw.o_bias.defined()) lw.o_bias = lw.o_bias.to(at::kFloat);
         }
     }
     // A packed copy when tied: the embedding keeps its layout.
-    lm_head_ = quantize_ && !quantize_->lm_head ? fma_linear_pack(lm_head_, fma_path(kernel)) : pack(lm_head_);
+    lm_head_ = pack_linear(kernel, lm_head_, parts(4 * layers_.size()), true, true);
     return true;
 }
 

@@ -13,6 +13,7 @@
 #include "io/model_config.h"
 #include "kernels/fma_linear.h"
 #include "kv/kv_cache.h"
+#include "model/gguf_weights.h"
 
 namespace pylookahead {
 
@@ -27,11 +28,25 @@ struct LayerWeights {
     at::Tensor down;           // [hidden, I]
 };
 
+// The formats of the linear layers (kernels/quant_format.h, docs/design.md "Quantized
+// weights"). kAuto: a GGUF file's Q8_0, Q5_0, Q4_0 and Q4_1 linear weights run as they are (int8,
+// int4), its other types and every safetensors weight in dtype; kNone: all in dtype;
+// kFormat: all in `format` (kQ8 or kQ4): GGUF weights already in it as they are, the others
+// quantized at load. `lm_head` false keeps the lm_head in dtype. A tied lm_head gets its own
+// copy (the embedding stays in dtype). Quantized weights run on the engine's kernels only
+// (avx2, generic).
+struct WeightQuantization {
+    enum class Mode { kAuto, kNone, kFormat };
+    Mode mode = Mode::kAuto;
+    WeightFormat format = WeightFormat::kQ8;
+    bool lm_head = true;
+};
+
 class Transformer {
   public:
-    // Loads and validates every tensor of `model_dir` against `config`, casting to `dtype` on
-    // `device`. Throws ModelLoadError naming the file and tensor on a missing, unexpected or
-    // mis-shaped tensor.
+    // Loads and validates every tensor of `path` (a checkpoint directory or a GGUF file) against
+    // `config`, casting to `dtype` on `device`. Throws ModelLoadError naming the file and tensor
+    // on a missing, unexpected or mis-shaped tensor.
     // Kernels of the linear layers (docs/design.md): kBf16Dot (bf16_linear.h, AVX512-BF16),
     // kAvx2 and kGeneric (kernels/fma_linear.h on its avx2 or generic path), kOneDnnPacked
     // (oneDNN's prepacked linear), kAten (at::linear).
@@ -40,18 +55,12 @@ class Transformer {
     // `linear_kernel`: the kernel to use (ConfigError naming the kernel, the dtype and what the
     // CPU lacks if it cannot run here, or if it fails the probe); nullopt = the first of the
     // candidates for the dtype, in order of expected speed, that loads and passes the probe.
-    // Weight-only quantization of the linear layers at load (kernels/quant_format.h): `format`
-    // kQ8 or kQ4; the lm_head too when `lm_head` (a quantized copy when tied: the embedding
-    // keeps dtype). Norms, embeddings and activations stay in dtype. Runs on the engine's
-    // kernels only (avx2, generic).
-    struct Quantization {
-        WeightFormat format = WeightFormat::kQ8;
-        bool lm_head = true;
-    };
+    using Quantization = WeightQuantization;
 
-    Transformer(const std::string& model_dir, ModelConfig config, at::ScalarType dtype,
+    // `path`: a checkpoint directory (config.json + safetensors) or a GGUF file.
+    Transformer(const std::string& path, ModelConfig config, at::ScalarType dtype,
                 at::Device device, std::optional<LinearKernel> linear_kernel = std::nullopt,
-                std::optional<Quantization> quantize = std::nullopt);
+                Quantization quantize = {});
 
     const ModelConfig& config() const { return config_; }
     at::ScalarType dtype() const { return dtype_; }
@@ -76,7 +85,13 @@ class Transformer {
     LinearKernel linear_kernel() const { return kernel_; }
     // The candidates `auto` passed over before linear_kernel(), each as "name: reason".
     const std::vector<std::string>& linear_kernel_skipped() const { return skipped_; }
-    const std::optional<Quantization>& quantization() const { return quantize_; }
+    // Whether any linear weight is held quantized, and whether the lm_head is.
+    bool quantized() const { return quantized_; }
+    bool lm_head_quantized() const { return lm_head_.scalar_type() == at::kByte; }
+    // How the linear weights were taken, by source: e.g. "Q4_1: 150 as they are (int4)",
+    // "Q6_K: 12 dequantized to float32", "checkpoint: 121 quantized to int8" (fused q/k/v and
+    // gate/up count once; the lm_head too).
+    const std::vector<std::string>& weight_notes() const { return weight_notes_; }
     // Bytes of every weight held (embedding, linear layers as packed, norms; a tied lm_head's
     // packed copy counted once).
     int64_t weight_bytes() const;
@@ -97,6 +112,10 @@ class Transformer {
                       int64_t n) const;
     // Chooses the kernel of linear() and packs every linear weight for it.
     void pack_weights(std::optional<LinearKernel> want);
+    // One linear weight (`dense` in dtype; `parts` its GGUF tensors, empty for safetensors) in
+    // the layout of `kernel`, as quantize_ asks; counts what it did in weight_notes_ when `note`.
+    at::Tensor pack_linear(LinearKernel kernel, const at::Tensor& dense, const std::vector<GgufPart>& parts,
+                           bool is_lm_head, bool note);
     // Why `kernel` cannot run for this model here ("" when it can): dtype, device, CPU features.
     std::string kernel_shortfall(LinearKernel kernel) const;
     // Probes `kernel` for row invariance on the first layer's qkv and, when it passes, packs every
@@ -118,7 +137,12 @@ class Transformer {
     at::Tensor final_norm_;    // [hidden]
     at::Tensor lm_head_;       // [V, hidden] (the embedding when tied)
     at::Tensor inv_freq_;      // [D / 2] fp32, rope scaling applied
-    std::optional<Quantization> quantize_;
+    Quantization quantize_;
+    bool quantized_ = false;
+    std::vector<std::string> weight_notes_;
+    // During the constructor only: the GGUF tensors of each linear weight (qkv, o, gate_up, down
+    // per layer, then the lm_head), pointing into the open file; empty for safetensors.
+    std::vector<std::vector<GgufPart>> gguf_parts_;
     LinearKernel kernel_ = LinearKernel::kAten;  // and the layout of the linear weights
     std::vector<std::string> skipped_;
 };
