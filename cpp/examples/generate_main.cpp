@@ -61,6 +61,7 @@ void print_usage(std::ostream& os) {
        << "  --threads INT                    CPU threads, 0 keeps libtorch's default\n"
        << "  --linear-kernel NAME             auto, bf16-avx512, avx2, onednn, generic or aten (default "
        << engine.linear_kernel << ")\n"
+       << "  --quantize NAME                  auto, none, int8 or int4 (default " << engine.quantize << ")\n"
        << "  --temperature FLOAT              0 = greedy (default); > 0 samples\n"
        << "  --top-k INT, --top-p FLOAT       sampling filters (default off)\n"
        << "  --seed INT                       sampling seed (default 0)\n"
@@ -164,6 +165,8 @@ Options parse_args(int argc, char** argv) {
             o.engine.num_threads = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
         } else if (arg == "--linear-kernel") {
             o.engine.linear_kernel = value();
+        } else if (arg == "--quantize") {
+            o.engine.quantize = value();
         } else if (!arg.empty() && arg[0] == '-') {
             throw std::invalid_argument("unknown option " + arg);
         } else if (o.model_dir.empty()) {
@@ -236,6 +239,10 @@ int run(const Options& o) {
         skipped += (skipped.empty() ? "" : " | ") + s;
     }
     std::printf("linear_kernel_skipped: %s\n", skipped.c_str());
+    std::string notes;
+    for (const std::string& s : model->info().weight_notes) notes += (notes.empty() ? "" : " | ") + s;
+    std::printf("quantize: %s\n", model->info().quantize.c_str());
+    std::printf("weight_notes: %s\n", notes.c_str());
     std::printf("prompt_ids: %s\n", join(o.prompt).c_str());
     std::printf("lookahead_config: W=%d N=%d G=%d\n", o.lookahead.window_size,
                 o.lookahead.ngram_size, o.lookahead.verification_set_size);

@@ -192,6 +192,25 @@ def test_example_against_cmake_install(installed_prefix: Path, tiny_llama: Path,
     assert bad.returncode == 2
     assert "config.json" in bad.stderr
     _check_linear_kernels(exe, tiny_llama)
+    _check_quantized(exe, tiny_llama, tmp_path)
+
+
+def _check_quantized(exe: Path, model_dir: Path, tmp_path: Path) -> None:
+    """EngineConfig::quantize and GGUF files through the C++ API: lookahead == greedy, and Python's ids."""
+    from test_gguf import Q, write_gguf
+
+    gguf_file = write_gguf(model_dir, tmp_path / "tiny.gguf", Q.Q4_1, Q.Q8_0)
+    flags = ["--ids", ",".join(map(str, PROMPT)), "-W", "3", "-N", "4", "-G", "3", "--max-new-tokens", "24",
+             "--threads", "1"]  # fmt: skip
+    for path, quantize, expect in [(model_dir, "int8", "int8"), (model_dir, "int4", "int4"), (gguf_file, "auto", "gguf")]:
+        out = _run_example(exe, [str(path), *flags, "--quantize", quantize])
+        assert (out["quantize"], out["identical"]) == (expect, "yes")
+        model = pylookahead.Model(path, dtype="float32", quantize=quantize)
+        assert out["weight_notes"] == " | ".join(model.info.weight_notes)
+        assert _ids(out["greedy_ids"]) == pylookahead.Session(model).generate(PROMPT, 24).token_ids
+    bad = subprocess.run([str(exe), str(model_dir), "--ids", "1,2", "--quantize", "int3"], capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert "quantize must be one of auto, none, int8, int4 (got 'int3')" in bad.stderr
 
 
 def _check_linear_kernels(exe: Path, model_dir: Path) -> None:

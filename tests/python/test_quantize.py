@@ -147,8 +147,8 @@ def test_tiny_quantized_info(tiny_model_factory) -> None:
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(quantize="int3"), r"quantize must be one of none, int8, int4 \(got 'int3'\)"),
-        (dict(quantize=8), r"quantize must be None, 'int8' or 'int4' \(got 8\)"),
+        (dict(quantize="int3"), r"quantize must be one of auto, none, int8, int4 \(got 'int3'\)"),
+        (dict(quantize=8), r"quantize must be None or one of 'auto', 'none', 'int8', 'int4' \(got 8\)"),
         (dict(quantize="int8", quantize_lm_head="yes"), r"quantize_lm_head must be a bool"),
         (dict(quantize="int8", linear_kernel="aten"), r"linear_kernel 'aten' does not read quantized weights"),
         (dict(quantize="int4", dtype="float64"), r"quantize: no linear kernel reads quantized weights here.*avx2"),
