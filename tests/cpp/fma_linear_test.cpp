@@ -235,10 +235,12 @@ float model_quant_element(CpuIsa path, WeightFormat format, const float* x, cons
     for (int64_t g = 0; g < k / kQuantGroup; ++g) {
         quant_get_group(format, packed, n, k, c, g, q, &d, &m);
         float s = 0.0f, xsum = 0.0f;
-        for (int64_t i = 0; i < kQuantGroup; ++i) {
+        for (int64_t t = 0; t < kQuantGroup; ++t) {
+            // kQ8: inputs ascending; kQ4: j, j + 16 for j = 0..15 (the nibbles of a byte).
+            const int64_t i = format == WeightFormat::kQ8 ? t : (t % 2 == 0 ? t / 2 : t / 2 + 16);
             s = madd(s, x[g * kQuantGroup + i], static_cast<float>(q[i]));
-            xsum += x[g * kQuantGroup + i];
         }
+        for (int64_t i = 0; i < kQuantGroup; ++i) xsum += x[g * kQuantGroup + i];
         acc = madd(acc, s, fp16_to_float(d));
         if (format == WeightFormat::kQ4) acc = madd(acc, xsum, fp16_to_float(m));
     }
@@ -249,8 +251,12 @@ class QuantLinear : public ::testing::TestWithParam<WeightFormat> {};
 
 TEST_P(QuantLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
     const WeightFormat format = GetParam();
-    // n = 45: five full blocks and a partial one; k = 96: three groups.
-    const int64_t n = 45, k = 96, max_rows = 13;
+    // n = 45: five full blocks and a partial one; k = 96: three groups. Rows: every count up to 13
+    // (both code paths, every tile shape) and around the 32 rows kept in memory at a time.
+    const int64_t n = 45, k = 96, max_rows = 40;
+    std::vector<int64_t> row_counts;
+    for (int64_t r = 1; r <= 13; ++r) row_counts.push_back(r);
+    for (int64_t r : {31, 32, 33, 40}) row_counts.push_back(r);
     const std::vector<unsigned char> packed = quantized_problem(format, n, k, 5, nullptr);
     std::vector<float> wq(n * k);
     quant_unpack(format, packed.data(), n, k, wq.data());
@@ -262,7 +268,7 @@ TEST_P(QuantLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
     const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock;
     for (CpuIsa path : paths_here()) {
         for (bool with_bias : {false, true}) {
-            for (int64_t rows = 1; rows <= max_rows; ++rows) {
+            for (int64_t rows : row_counts) {
                 for (int64_t split = 0; split < blocks; ++split) {
                     std::vector<float> y(rows * n, NAN);
                     const float* bp = with_bias ? bias.data() : nullptr;

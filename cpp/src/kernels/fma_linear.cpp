@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "check.h"
 
@@ -21,6 +22,7 @@ typedef float V __attribute__((vector_size(kFmaLinearBlock * sizeof(float))));
 typedef uint16_t U16x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(uint16_t))));
 typedef uint32_t U32x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(uint32_t))));
 typedef int8_t I8x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(int8_t))));
+typedef uint8_t U8x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(uint8_t))));
 typedef int32_t I32x8 __attribute__((vector_size(kFmaLinearBlock * sizeof(int32_t))));
 
 constexpr int64_t kPrefetchLines = 32;  // cache lines ahead in each weight stream (2 KiB)
@@ -50,9 +52,6 @@ inline float group_sum(const float* x) {
     for (int i = 0; i < 32; ++i) sum += x[i];
     return sum;
 }
-
-// Lane l of a broadcast 32-bit word shifted right by 4 l: its nibble l in the low bits.
-constexpr U32x8 kNibbleShifts = {0, 4, 8, 12, 16, 20, 24, 28};
 
 // ---- generic: plain vector code, product and sum unfused (this file is built with
 // -ffp-contract=off, so the compiler may not fuse them in some tiles and not in others).
@@ -93,9 +92,12 @@ inline __attribute__((always_inline)) V load_q8(const unsigned char* p) {
     std::memcpy(&q, p, sizeof q);
     return __builtin_convertvector(__builtin_convertvector(q, I32x8), V);
 }
-inline __attribute__((always_inline)) V load_q4(uint32_t word) {
-    const U32x8 q = (U32x8{} + word) >> kNibbleShifts & 0xfu;
-    return __builtin_convertvector(__builtin_convertvector(q, I32x8), V);
+inline __attribute__((always_inline)) void load_q4(const unsigned char* p, V* lo, V* hi) {
+    U8x8 b;
+    std::memcpy(&b, p, sizeof b);
+    const I32x8 q = __builtin_convertvector(b, I32x8);
+    *lo = __builtin_convertvector(q & 0xf, V);
+    *hi = __builtin_convertvector(q >> 4, V);
 }
 #include "kernels/fma_linear_tiles.inc"
 #undef PYLA_TILE_TARGET
@@ -125,10 +127,10 @@ PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_scales(const unsig
 PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_q8(const unsigned char* p) {
     return (V)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_q4(uint32_t word) {
-    const __m256i shifted = _mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(word)),
-                                              (__m256i)kNibbleShifts);
-    return (V)_mm256_cvtepi32_ps(_mm256_and_si256(shifted, _mm256_set1_epi32(0xf)));
+PYLA_TILE_TARGET inline __attribute__((always_inline)) void load_q4(const unsigned char* p, V* lo, V* hi) {
+    const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    *lo = (V)_mm256_cvtepi32_ps(_mm256_and_si256(q, _mm256_set1_epi32(0xf)));
+    *hi = (V)_mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
 }
 #include "kernels/fma_linear_tiles.inc"
 #undef PYLA_TILE_TARGET

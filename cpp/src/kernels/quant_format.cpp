@@ -101,10 +101,10 @@ void quant_set_group(WeightFormat format, unsigned char* out, int64_t n, int64_t
     unsigned char* qs = rec + kLanes * 4;
     for (int64_t i = 0; i < kQuantGroup; ++i) {
         PYLA_CHECK(q[i] >= 0 && q[i] <= 15, "kQ4 value " << int(q[i]) << " outside [0, 15]");
-        uint32_t word;
-        std::memcpy(&word, qs + i * 4, sizeof word);
-        word = (word & ~(0xfu << (4 * lane))) | (static_cast<uint32_t>(q[i]) << (4 * lane));
-        std::memcpy(qs + i * 4, &word, sizeof word);
+        // Input i in byte (i % 16, lane): the low nibble for i < 16, the high one for i >= 16.
+        unsigned char& byte = qs[(i % 16) * kLanes + lane];
+        const int shift = i < 16 ? 0 : 4;
+        byte = static_cast<unsigned char>((byte & ~(0xf << shift)) | (q[i] << shift));
     }
 }
 
@@ -151,9 +151,8 @@ void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n
     }
     *m = get_u16(rec + (kLanes + lane) * 2);
     for (int64_t i = 0; i < kQuantGroup; ++i) {
-        uint32_t word;
-        std::memcpy(&word, rec + kLanes * 4 + i * 4, sizeof word);
-        q[i] = static_cast<int8_t>((word >> (4 * lane)) & 0xfu);
+        const unsigned char byte = rec[kLanes * 4 + (i % 16) * kLanes + lane];
+        q[i] = static_cast<int8_t>(i < 16 ? byte & 0xf : byte >> 4);
     }
 }
 
