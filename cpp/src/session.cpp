@@ -138,10 +138,15 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
     info.max_position_embeddings = config.max_position_embeddings;
     info.eos_token_ids = config.eos_token_ids;
     info.cpu_isa = cpu_isa_name(cpu_isa());
+    Transformer::Quantization quantize = parse_quantize(engine.quantize, engine.quantize_lm_head);
+    // "auto" keeps a GGUF's blocks where the engine's CPU kernels can read them; elsewhere it is "none".
+    if (quantize.mode == Transformer::Quantization::Mode::kAuto && !device.is_cpu()) {
+        quantize.mode = Transformer::Quantization::Mode::kNone;
+    }
     try {
         impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
                                                           parse_linear_kernel(engine.linear_kernel),
-                                                          parse_quantize(engine.quantize, engine.quantize_lm_head));
+                                                          quantize);
         const Transformer& t = *impl->transformer;
         info.quantize = !t.quantized() ? "none" : engine.quantize == "auto" ? "gguf" : engine.quantize;
         info.quantize_lm_head = t.lm_head_quantized();

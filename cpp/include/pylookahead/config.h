@@ -113,13 +113,13 @@ struct EngineConfig {
     // ConfigError at load naming the kernel, the dtype and what the CPU lacks.
     std::string linear_kernel = "auto";
     // Formats of the linear layers (docs/design.md, "Quantized weights"): "auto" (the
-    // checkpoint's: dtype for safetensors; for a GGUF file its Q8_0, Q5_0, Q4_0 and Q4_1 weights as they
-    // are, other types dequantized to dtype), "none" (everything in dtype), "int8" (groups of 32
-    // inputs, int8 values, fp16 scales: as GGUF Q8_0) or "int4" (groups of 32, 4-bit values, fp16
-    // scale and offset: as GGUF Q4_1), quantized at load (GGUF weights already in that format
-    // kept as they are). Activations, norms and embeddings stay in dtype. Quantized weights run
-    // on the CPU, on the avx2 or generic kernel; lookahead stays exact: it equals greedy
-    // decoding of the same quantized model.
+    // checkpoint's: dtype for safetensors; for a GGUF file its Q8_0, Q5_0, Q4_0 and Q4_1 weights
+    // as they are, other types dequantized to dtype; off the CPU, "none"), "none" (everything in
+    // dtype), "int8" (groups of 32 inputs, int8 values, fp16 scales: as GGUF Q8_0) or "int4"
+    // (groups of 32, 4-bit values, fp16 scale and offset: as GGUF Q4_1), quantized at load (GGUF
+    // weights already in that format kept as they are). Activations, norms and embeddings stay in
+    // dtype. Quantized weights run on the CPU, on the avx2 or generic kernel; lookahead stays
+    // exact: it equals greedy decoding of the same quantized model.
     std::string quantize = "auto";
     // Whether a quantized model's lm_head is quantized too (else it keeps dtype).
     bool quantize_lm_head = true;

@@ -333,9 +333,11 @@ std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
 
 at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense,
                                    const std::vector<GgufPart>& parts, bool is_lm_head, bool note) {
-    std::string source = parts.empty() ? "checkpoint" : std::string(ggml_type_name(parts.front().tensor->type));
+    // "checkpoint" for safetensors; else the parts' GGUF types, e.g. "Q5_0" or "Q5_0+Q8_0".
+    std::string source = parts.empty() ? "checkpoint" : "";
     for (const GgufPart& p : parts) {
-        if (ggml_type_name(p.tensor->type) != source) source = "mixed GGUF types";
+        const std::string type = ggml_type_name(p.tensor->type);
+        if (("+" + source + "+").find("+" + type + "+") == std::string::npos) source += (source.empty() ? "" : "+") + type;
     }
     std::string action;
     at::Tensor out;
