@@ -21,7 +21,9 @@ pytest tests/python "$@"
 # ISA paths are proved too (on a CPU without AVX-512 the AVX2 run repeats the first one).
 echo "== exactness under PYLOOKAHEAD_CPU_ISA=avx2 (pytest) =="
 PYLOOKAHEAD_CPU_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
-  pytest tests/python/test_lookahead_exact.py tests/python/test_linear_kernel.py "$@"
+  pytest tests/python/test_lookahead_exact.py tests/python/test_linear_kernel.py tests/python/test_quantize.py \
+  tests/python/test_gguf.py "$@"
 echo "== exactness under PYLOOKAHEAD_CPU_ISA=generic (pytest) =="
 PYLOOKAHEAD_CPU_ISA=generic ONEDNN_MAX_CPU_ISA=SSE41 ATEN_CPU_CAPABILITY=default \
-  pytest tests/python/test_lookahead_exact.py tests/python/test_linear_kernel.py -k "tiny or property or kernel" "$@"
+  pytest tests/python/test_lookahead_exact.py tests/python/test_linear_kernel.py tests/python/test_quantize.py \
+  tests/python/test_gguf.py -k "tiny or property or kernel or blocks" "$@"

@@ -42,7 +42,7 @@ def worker() -> Iterator[Worker]:
 
 @pytest.fixture(scope="module")
 def seeds(tiny_model_factory, tmp_path_factory) -> dict[str, Path]:
-    """Valid inputs to mutate: a single-file and a sharded tiny checkpoint, and a pool saved for the first."""
+    """Valid inputs to mutate: a single-file and a sharded tiny checkpoint, a pool saved for the first, a tiny GGUF."""
     single = tiny_model_factory("qwen2", seed=4)
     sharded = tiny_model_factory("llama", seed=4, sharded=True)
     pool = tmp_path_factory.mktemp("fuzz_pool") / "pool.bin"
@@ -50,7 +50,11 @@ def seeds(tiny_model_factory, tmp_path_factory) -> dict[str, Path]:
     session.generate([1, 5, 6, 7, 5, 6, 7, 5], 24,
                      pylookahead.LookaheadConfig(window_size=2, ngram_size=3, verification_set_size=2), keep_pool=True)  # fmt: skip
     session.save_pool(pool)
-    return {"single": single, "sharded": sharded, "pool": pool}
+    from test_gguf import Q, write_gguf
+
+    gguf_dir = tmp_path_factory.mktemp("fuzz_gguf")
+    gguf = write_gguf(tiny_model_factory("llama", seed=4), gguf_dir / "model.gguf", Q.Q4_1, Q.Q8_0)
+    return {"single": single, "sharded": sharded, "pool": pool, "gguf": gguf}
 
 
 class Cases:
@@ -121,6 +125,14 @@ def test_fuzz_pool_file(data, worker, seeds, cases) -> None:
     (case / "model").symlink_to(seeds["single"])
     (case / "pool.bin").write_bytes(data.draw(byte_mutation(seeds["pool"].read_bytes())))
     _check(worker, "pool", case)
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_gguf_file(data, worker, seeds, cases) -> None:
+    case = cases.new(None)
+    (case / "model.gguf").write_bytes(data.draw(byte_mutation(seeds["gguf"].read_bytes())))
+    _check(worker, "gguf", case)
 
 
 def test_fuzz_cases_reached_the_engine() -> None:

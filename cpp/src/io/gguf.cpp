@@ -270,7 +270,12 @@ void parse_gguf(const unsigned char* bytes, size_t size, const std::string& path
             c.fail(what + ": inner dim " + std::to_string(ne[0]) + " is not a whole number of " +
                    ggml_type_name(*t) + " blocks (" + std::to_string(ggml_block_size(*t)) + ")");
         }
-        p.t.nbytes = count / ggml_block_size(*t) * ggml_block_bytes(*t);
+        // (Checked against the file's size first: the product may not fit in 64 bits.)
+        const int64_t blocks = count / ggml_block_size(*t);
+        if (blocks > static_cast<int64_t>(size) / ggml_block_bytes(*t)) {
+            c.fail(what + ": " + std::to_string(count) + " elements need more bytes than the file has");
+        }
+        p.t.nbytes = blocks * ggml_block_bytes(*t);
         p.t.shape.assign(ne.rbegin(), ne.rend());
         p.offset = c.read<uint64_t>(what + " (offset)");
         if (p.offset % static_cast<uint64_t>(alignment) != 0) {

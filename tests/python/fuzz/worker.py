@@ -24,7 +24,7 @@ def run_case(target: str, case_dir: Path) -> tuple[str, str]:
             session.generate([1, 5, 6], 4, pylookahead.LookaheadConfig(window_size=0, ngram_size=3,
                                                                        verification_set_size=2), keep_pool=True)
         else:
-            model = pylookahead.Model(case_dir, dtype="float32")
+            model = pylookahead.Model(case_dir / "model.gguf" if target == "gguf" else case_dir, dtype="float32")
             pylookahead.Session(model).generate([1, 5, 6], 2)
     except (pylookahead.ModelLoadError, ValueError) as e:
         message = str(e)
