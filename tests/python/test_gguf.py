@@ -343,3 +343,16 @@ def test_tiny_gguf_of_another_architecture(tmp_path) -> None:
     w.close()
     with pytest.raises(pylookahead.ModelLoadError, match=r"unsupported GGUF architecture 'gpt2' \(supported: llama, qwen2\)"):
         Model(path)
+
+
+def test_tiny_gguf_q4_0_scale_without_an_int4_offset(tiny_model_factory, tmp_path) -> None:
+    """A Q4_0 scale whose -8 d overflows fp16 cannot be kept as int4 (found by the fuzzer): a typed error naming
+    the file and tensor; the same file loads dequantized."""
+    path = write_gguf(tiny_model_factory("llama", seed=43), tmp_path / "q4_0.gguf", Q.Q4_0, Q.F32)
+    offset = int(next(t for t in gguf.GGUFReader(str(path)).tensors if t.name == "blk.0.attn_q.weight").data_offset)
+    data = bytearray(path.read_bytes())
+    data[offset : offset + 2] = struct.pack("<H", 0x7400)  # d = 16384: -8 d = -131072 is beyond fp16
+    path.write_bytes(bytes(data))
+    with pytest.raises(pylookahead.ModelLoadError, match=r"q4_0\.gguf: tensor 'blk\.0\.attn_q\.weight': a Q4_0 scale of 16384"):
+        Model(path, dtype="float32")
+    assert Model(path, dtype="float32", quantize="none").info.quantize == "none"

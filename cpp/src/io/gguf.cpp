@@ -245,6 +245,7 @@ void parse_gguf(const unsigned char* bytes, size_t size, const std::string& path
     for (uint64_t i = 0; i < n_tensors; ++i) {
         Pending p;
         p.t.name = c.string("tensor name " + std::to_string(i));
+        p.t.file = path;
         const std::string what = "tensor '" + p.t.name + "'";
         const uint32_t dims = c.read<uint32_t>(what + " (dims)");
         if (dims == 0 || dims > kMaxDims) {

@@ -32,6 +32,7 @@ int64_t ggml_block_bytes(GgmlType type);  // bytes per block
 
 struct GgufTensor {
     std::string name;
+    std::string file;                     // path of the file that holds it (for messages)
     GgmlType type = GgmlType::kF32;
     std::vector<int64_t> shape;           // outermost first (the reverse of the file's ne[])
     const unsigned char* data = nullptr;  // into the mapped file

@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "kernels/quant_format.h"
+#include "pylookahead/errors.h"
 
 namespace pylookahead {
 
@@ -98,7 +99,10 @@ at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat forma
                     }
                     // Q4_0: (q - 8) d = q d + (-8 d); -8 d is exact in fp16 below its overflow.
                     m = t.type == GgmlType::kQ4_1 ? u16_at(b + 2) : fp16_from_float(-8.0f * fp16_to_float(d));
-                    PYLA_CHECK(std::isfinite(fp16_to_float(m)), "gguf_pack_kept: " << t.name << " offset overflows fp16");
+                    if (t.type == GgmlType::kQ4_0 && std::isfinite(fp16_to_float(d)) && !std::isfinite(fp16_to_float(m))) {
+                        throw ModelLoadError(t.file + ": tensor '" + t.name + "': a Q4_0 scale of " + std::to_string(fp16_to_float(d)) +
+                                             " has no int4 offset (-8 d overflows fp16); load it with quantize='none'");
+                    }
                 }
                 quant_set_group(format, op, n, k, c0 + r, g, d, m, q);
             }
