@@ -424,10 +424,7 @@ void bind_gguf(py::module_& m) {
             std::vector<int64_t> shape;
             {
                 py::gil_scoped_release release;
-                values = read_gguf_tensor(path, name);
-                for (const GgufTensorInfo& t : read_gguf_info(path).tensors) {
-                    if (t.name == name) shape = t.shape;
-                }
+                values = read_gguf_tensor(path, name, &shape);
             }
             py::array_t<float> out(shape);
             std::memcpy(out.mutable_data(), values.data(), values.size() * sizeof(float));

@@ -26,8 +26,10 @@ struct GgufInfo {
 // the offending key or tensor.
 GgufInfo read_gguf_info(const std::string& path);
 
-// Tensor `name` of `path` dequantized to fp32, rows as stored (no un-permuting), flattened.
-// Throws ModelLoadError when the file is invalid or has no such tensor.
-std::vector<float> read_gguf_tensor(const std::string& path, const std::string& name);
+// Tensor `name` of `path` dequantized to fp32, rows as stored (no un-permuting), flattened; its
+// shape (outermost first) into `shape` when given. Throws ModelLoadError when the file is invalid
+// or has no such tensor.
+std::vector<float> read_gguf_tensor(const std::string& path, const std::string& name,
+                                    std::vector<int64_t>* shape = nullptr);
 
 }  // namespace pylookahead

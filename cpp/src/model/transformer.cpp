@@ -3,6 +3,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <set>
@@ -367,18 +368,13 @@ at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense
     }
     if (note) {
         if (action.empty()) action = parts.empty() ? "in " + dtype_name : "dequantized to " + dtype_name;
-        const std::string key = source + ": ";
-        const std::string tail = " " + action;
-        bool found = false;
-        for (std::string& n : weight_notes_) {
-            if (n.compare(0, key.size(), key) == 0 && n.size() > tail.size() &&
-                n.compare(n.size() - tail.size(), tail.size(), tail) == 0) {
-                const int64_t count = std::stoll(n.substr(key.size())) + 1;
-                n = key + std::to_string(count) + tail;
-                found = true;
-            }
+        auto same = [&](const NoteCount& n) { return n.source == source && n.action == action; };
+        auto it = std::find_if(note_counts_.begin(), note_counts_.end(), same);
+        if (it == note_counts_.end()) {
+            note_counts_.push_back({source, action, 1});
+        } else {
+            ++it->count;
         }
-        if (!found) weight_notes_.push_back(key + "1" + tail);
     }
     return out;
 }
@@ -412,7 +408,7 @@ bool Transformer::try_kernel(LinearKernel kernel) {
             return false;
         }
     }
-    weight_notes_.clear();
+    note_counts_.clear();
     for (size_t i = 0; i < layers_.size(); ++i) {
         LayerWeights& lw = layers_[i];
         lw.qkv = pack_linear(kernel, lw.qkv, parts(4 * i), false, true);
@@ -426,6 +422,8 @@ bool Transformer::try_kernel(LinearKernel kernel) {
     }
     // A packed copy when tied: the embedding keeps its layout.
     lm_head_ = pack_linear(kernel, lm_head_, parts(4 * layers_.size()), true, true);
+    weight_notes_.clear();
+    for (const NoteCount& n : note_counts_) weight_notes_.push_back(n.source + ": " + std::to_string(n.count) + " " + n.action);
     return true;
 }
 

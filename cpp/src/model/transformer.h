@@ -140,6 +140,12 @@ class Transformer {
     Quantization quantize_;
     bool quantized_ = false;
     std::vector<std::string> weight_notes_;
+    // While packing: how many linear weights of each source took each action, in first-seen order.
+    struct NoteCount {
+        std::string source, action;
+        int64_t count = 0;
+    };
+    std::vector<NoteCount> note_counts_;
     // During the constructor only: the GGUF tensors of each linear weight (qkv, o, gate_up, down
     // per layer, then the lm_head), pointing into the open file; empty for safetensors.
     std::vector<std::vector<GgufPart>> gguf_parts_;

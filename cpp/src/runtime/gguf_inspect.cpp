@@ -28,10 +28,12 @@ GgufInfo read_gguf_info(const std::string& path) {
     return info;
 }
 
-std::vector<float> read_gguf_tensor(const std::string& path, const std::string& name) {
+std::vector<float> read_gguf_tensor(const std::string& path, const std::string& name,
+                                    std::vector<int64_t>* shape) {
     const GgufFile file(path);
     const GgufTensor* t = file.find(name);
     if (!t) throw ModelLoadError(path + ": no tensor '" + name + "'");
+    if (shape) *shape = t->shape;
     int64_t count = 1;
     for (int64_t s : t->shape) count *= s;
     std::vector<float> out(count);
