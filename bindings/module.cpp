@@ -90,9 +90,12 @@ void bind_errors(py::module_& m) {
 void bind_config(py::module_& m) {
     py::class_<LookaheadConfig>(m, "LookaheadConfig",
                                 "Lookahead decoding options: W columns x (N-1) levels, G candidates; window_size=0 "
-                                "verifies pool candidates only (no Jacobi window).")
+                                "verifies pool candidates only (no Jacobi window). tree_rows=R > 0 merges the "
+                                "pool's G n-grams, suffix lookup (suffix_branches) and token recycling "
+                                "(recycle_top_k) into one draft tree of at most R rows.")
         .def(py::init([](const py::object& w, const py::object& n, const py::object& g, bool seed_from_prompt,
-                         const py::object& seed) {
+                         const py::object& seed, const py::object& tree_rows, const py::object& suffix_branches,
+                         const py::object& recycle_top_k) {
                  LookaheadConfig c;
                  c.window_size = static_cast<int>(checked_int(w, "window_size", kIntMin, kIntMax));
                  c.ngram_size = static_cast<int>(checked_int(n, "ngram_size", kIntMin, kIntMax));
@@ -100,24 +103,39 @@ void bind_config(py::module_& m) {
                      static_cast<int>(checked_int(g, "verification_set_size", kIntMin, kIntMax));
                  c.seed_from_prompt = seed_from_prompt;
                  c.seed = checked_seed(seed, "seed");
+                 c.tree_rows = static_cast<int>(checked_int(tree_rows, "tree_rows", kIntMin, kIntMax));
+                 c.suffix_branches =
+                     static_cast<int>(checked_int(suffix_branches, "suffix_branches", kIntMin, kIntMax));
+                 c.recycle_top_k =
+                     static_cast<int>(checked_int(recycle_top_k, "recycle_top_k", kIntMin, kIntMax));
                  c.validate();
                  return c;
              }),
              py::kw_only(), py::arg("window_size") = LookaheadConfig().window_size,
              py::arg("ngram_size") = LookaheadConfig().ngram_size,
              py::arg("verification_set_size") = LookaheadConfig().verification_set_size,
-             py::arg("seed_from_prompt") = true, py::arg("seed") = 0)
+             py::arg("seed_from_prompt") = true, py::arg("seed") = 0, py::arg("tree_rows") = 0,
+             py::arg("suffix_branches") = 0, py::arg("recycle_top_k") = 0)
         .def_readwrite("window_size", &LookaheadConfig::window_size)
         .def_readwrite("ngram_size", &LookaheadConfig::ngram_size)
         .def_readwrite("verification_set_size", &LookaheadConfig::verification_set_size)
         .def_readwrite("seed_from_prompt", &LookaheadConfig::seed_from_prompt)
         .def_readwrite("seed", &LookaheadConfig::seed)
+        .def_readwrite("tree_rows", &LookaheadConfig::tree_rows)
+        .def_readwrite("suffix_branches", &LookaheadConfig::suffix_branches)
+        .def_readwrite("recycle_top_k", &LookaheadConfig::recycle_top_k)
         .def_property_readonly("tokens_per_step", &LookaheadConfig::tokens_per_step)
         .def("validate", &LookaheadConfig::validate)
         .def("__repr__", [](const LookaheadConfig& c) {
-            return "LookaheadConfig(window_size=" + std::to_string(c.window_size) +
-                   ", ngram_size=" + std::to_string(c.ngram_size) +
-                   ", verification_set_size=" + std::to_string(c.verification_set_size) + ")";
+            std::string s = "LookaheadConfig(window_size=" + std::to_string(c.window_size) +
+                            ", ngram_size=" + std::to_string(c.ngram_size) +
+                            ", verification_set_size=" + std::to_string(c.verification_set_size);
+            if (c.tree()) {
+                s += ", tree_rows=" + std::to_string(c.tree_rows) +
+                     ", suffix_branches=" + std::to_string(c.suffix_branches) +
+                     ", recycle_top_k=" + std::to_string(c.recycle_top_k);
+            }
+            return s + ")";
         });
 
     py::class_<AutoLookahead>(m, "AutoLookahead",
@@ -230,6 +248,16 @@ void bind_results(py::module_& m) {
         .def_readonly("accept_histogram", &GenerationStats::accept_histogram)
         .def_readonly("accepted_from_prompt", &GenerationStats::accepted_from_prompt)
         .def_readonly("accepted_from_window", &GenerationStats::accepted_from_window)
+        .def_property_readonly("accepted_tokens_by_source",
+                               [](const GenerationStats& s) {
+                                   py::dict d;
+                                   for (size_t i = 0; i < s.accepted_tokens_by_source.size(); ++i) {
+                                       d[draft_source_names()[i]] = s.accepted_tokens_by_source[i];
+                                   }
+                                   return d;
+                               },
+                               "Accepted draft tokens (bonus tokens not counted) by source: history, "
+                               "window, suffix, recycle.")
         .def_readonly("pool_size", &GenerationStats::pool_size)
         .def_readonly("step_times_s", &GenerationStats::step_times_s)
         .def_readonly("lookahead_steps", &GenerationStats::lookahead_steps)

@@ -12,6 +12,12 @@ def _lookahead_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("-W", "--window-size", type=int, default=None, help="lookahead columns W (0: verify pool n-grams only, no Jacobi window)")
     g.add_argument("-N", "--ngram-size", type=int, default=None, help="n-gram size N")
     g.add_argument("-G", "--verification-set-size", type=int, default=None, help="candidates G")
+    g.add_argument("-R", "--tree-rows", type=int, default=None,
+                   help="draft tree of at most R rows merging every source (0: the paper's G slots)")  # fmt: skip
+    g.add_argument("--suffix-branches", type=int, default=None,
+                   help="draft tree source: continuations of the longest earlier suffix matches")  # fmt: skip
+    g.add_argument("--recycle-top-k", type=int, default=None,
+                   help="draft tree source: token recycling with the k best next tokens per token")  # fmt: skip
     g.add_argument("--greedy", action="store_true", help="plain greedy decoding (no lookahead)")
     g.add_argument(
         "--auto",
@@ -29,20 +35,18 @@ def _make_lookahead(args: argparse.Namespace):
     """None (--greedy), a LookaheadConfig (any of -W/-N/-G) or "auto" (the default, --auto)."""
     from . import LookaheadConfig
 
-    fixed = any(v is not None for v in (args.window_size, args.ngram_size, args.verification_set_size))
+    names = ("window_size", "ngram_size", "verification_set_size", "tree_rows", "suffix_branches", "recycle_top_k")
+    fixed = any(getattr(args, n, None) is not None for n in names)
     if getattr(args, "auto", False) and (args.greedy or fixed):
-        raise ValueError("--auto cannot be combined with --greedy or -W/-N/-G")
+        raise ValueError("--auto cannot be combined with --greedy or -W/-N/-G/-R/--suffix-branches/--recycle-top-k")
     if args.greedy:
         return None
     if not fixed:
         return "auto"
     cfg = LookaheadConfig()
-    if args.window_size is not None:
-        cfg.window_size = args.window_size
-    if args.ngram_size is not None:
-        cfg.ngram_size = args.ngram_size
-    if args.verification_set_size is not None:
-        cfg.verification_set_size = args.verification_set_size
+    for n in names:
+        if getattr(args, n, None) is not None:
+            setattr(cfg, n, getattr(args, n))
     cfg.validate()
     return cfg
 
@@ -50,11 +54,15 @@ def _make_lookahead(args: argparse.Namespace):
 def _summary(label: str, out) -> str:
     s = out.stats
     tok_s = s.new_tokens / (s.prefill_s + s.decode_s) if s.prefill_s + s.decode_s > 0 else 0.0
-    return (
+    line = (
         f"[{label}] {s.new_tokens} new tokens, {s.steps} steps "
         f"({s.compression:.2f} tokens/step), {tok_s:.1f} tok/s "
         f"(prefill {s.prefill_s * 1000:.0f} ms, decode {s.decode_s:.2f} s)"
     )
+    drafted = {k: v for k, v in s.accepted_tokens_by_source.items() if v}
+    if drafted:
+        line += "; accepted drafts " + ", ".join(f"{k} {v}" for k, v in drafted.items())
+    return line
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -22,19 +22,31 @@ LookaheadConfig w2n3g2() {
 const Tokens kPrompt = {1, 2, 3, 1, 2, 4};
 
 TEST(LookaheadAlgorithm, PrepareLaysOutWindowAndCandidatesBestFirst) {
-    LookaheadAlgorithm algo(w2n3g2());
+    LookaheadAlgorithm algo(w2n3g2(), nullptr, /*fixed_shapes=*/true);
     algo.start(kPrompt, 9);
     EXPECT_EQ(algo.pool().size(), 5);
     const Tokens& cells = algo.window().cells();  // [0, a1, b0, b1]
-    const Tokens tokens = algo.prepare(1);
+    const Tokens tokens = algo.prepare(1).tokens;
     ASSERT_EQ(tokens.size(), 8u);
     // Neither entry's context (none; 1 2 3) ends like the text before now (2 4 9): newest first.
     EXPECT_EQ(tokens, (Tokens{1, cells[1], cells[2], cells[3], 2, 4, 2, 3}));
-    EXPECT_EQ(algo.prepare(9), (Tokens{9, cells[1], cells[2], cells[3], 9, 9, 9, 9}));  // padded
+    EXPECT_EQ(algo.prepare(9).tokens, (Tokens{9, cells[1], cells[2], cells[3], 9, 9, 9, 9}));  // padded
+}
+
+TEST(LookaheadAlgorithm, WithoutFixedShapesAPlanHasOnlyItsRealRows) {
+    LookaheadAlgorithm algo(w2n3g2());
+    algo.start(kPrompt, 9);
+    const Tokens& cells = algo.window().cells();
+    EXPECT_EQ(algo.prepare(9).tokens, (Tokens{9, cells[1], cells[2], cells[3]}));
+    // Key 3 has one n-gram, (3 1 2): one candidate of the two slots.
+    const StepPlan& plan = algo.prepare(3);
+    EXPECT_EQ(plan.tokens, (Tokens{3, cells[1], cells[2], cells[3], 1, 2}));
+    EXPECT_EQ(plan.out_rows, (std::vector<int32_t>{0, 2, 3, 4, 5}));
+    EXPECT_EQ(plan.exact_rows, (std::vector<int32_t>{0, 4, 5}));
 }
 
 TEST(LookaheadAlgorithm, UpdateVerifiesCommitsAndSlides) {
-    LookaheadAlgorithm algo(w2n3g2());
+    LookaheadAlgorithm algo(w2n3g2(), nullptr, /*fixed_shapes=*/true);
     algo.start(kPrompt, 9);
     const TokenId b1 = algo.window().cells()[3];
     algo.prepare(1);
@@ -42,9 +54,7 @@ TEST(LookaheadAlgorithm, UpdateVerifiesCommitsAndSlides) {
     // Candidate 1 matches one token (the model says 4 after 2), candidate 0 both, bonus 8.
     const StepOutcome out = algo.update({2, 50, 51, 4, 8, 4, 0});
     EXPECT_EQ(out.emitted, (Tokens{2, 4, 8}));
-    EXPECT_EQ(out.candidate, 0);
     EXPECT_EQ(out.num_accepted, 2);
-    EXPECT_EQ(out.source, NgramSource::kSeed);
     EXPECT_EQ(out.commit_rows, (std::vector<int32_t>{0, 4, 5}));
     EXPECT_EQ(algo.window().cells(), (Tokens{0, b1, 50, 51}));
     // Seeding added (2 4 8), the n-gram ending in the last emitted token, as the newest for 2.
@@ -64,7 +74,7 @@ TEST(LookaheadAlgorithm, CandidatesWhoseContextMatchesTheTextComeFirst) {
     LookaheadAlgorithm algo(config);
     // x = 5 (the first token) after "1 2 3": (6 7), the older entry, has that context.
     algo.start({1, 2, 3, 5, 6, 7, 4, 4, 4, 5, 8, 9, 1, 2, 3}, 5);
-    EXPECT_EQ(algo.prepare(5), (Tokens{5, 6, 7}));
+    EXPECT_EQ(algo.prepare(5).tokens, (Tokens{5, 6, 7}));
     const StepOutcome out = algo.update({6, 7, 0});
     EXPECT_EQ(out.emitted, (Tokens{6, 7, 0}));
     EXPECT_EQ(out.num_accepted, 2);
@@ -72,18 +82,18 @@ TEST(LookaheadAlgorithm, CandidatesWhoseContextMatchesTheTextComeFirst) {
     // After "0 4 4": two context tokens of the older (8 9) match, none of the newer (6 7).
     LookaheadAlgorithm second(config);
     second.start({4, 4, 4, 5, 8, 9, 1, 2, 3, 5, 6, 7, 0, 4, 4}, 5);
-    EXPECT_EQ(second.prepare(5), (Tokens{5, 8, 9}));
+    EXPECT_EQ(second.prepare(5).tokens, (Tokens{5, 8, 9}));
 
     // No context matches: the newest entry.
     LookaheadAlgorithm third(config);
     third.start({4, 4, 4, 5, 8, 9, 1, 2, 3, 5, 6, 7, 0, 0, 0}, 5);
-    EXPECT_EQ(third.prepare(5), (Tokens{5, 6, 7}));
+    EXPECT_EQ(third.prepare(5).tokens, (Tokens{5, 6, 7}));
 }
 
 TEST(LookaheadAlgorithm, NoSeedingLeavesThePoolToTheWindow) {
     LookaheadConfig config = w2n3g2();
     config.seed_from_prompt = false;
-    LookaheadAlgorithm algo(config);
+    LookaheadAlgorithm algo(config, nullptr, /*fixed_shapes=*/true);
     algo.start(kPrompt, 9);
     EXPECT_EQ(algo.pool().size(), 0);
     algo.prepare(1);

@@ -67,6 +67,16 @@ class OracleLm : public StepModel {
                                   ? seq_[next]
                                   : static_cast<TokenId>((hash >> 17) % vocab_size_));
         }
+        successors_.clear();
+        if (successors_k_ > 0 && !exact_rows.empty()) {
+            for (size_t r = 0; r < out_rows.size(); ++r) {
+                successors_.push_back((*argmax)[r]);
+                for (int j = 1; j < successors_k_; ++j) {
+                    successors_.push_back(static_cast<TokenId>(
+                        (static_cast<uint64_t>(positions[out_rows[r]]) * 31 + j * 7) % vocab_size_));
+                }
+            }
+        }
     }
 
     void commit(const std::vector<int32_t>& src_rows) override {
@@ -83,6 +93,13 @@ class OracleLm : public StepModel {
         step_tokens_.clear();  // a step is committed once
     }
 
+    // Successors: the argmax first, then k - 1 tokens hashed from the row's position.
+    int set_successors(int k) override {
+        successors_k_ = k;
+        return k;
+    }
+    const std::vector<TokenId>& successors() const override { return successors_; }
+
     int kv_len() const override { return kv_len_; }
     int kv_capacity() const override { return capacity_; }
     void truncate(int rows) override {
@@ -98,6 +115,8 @@ class OracleLm : public StepModel {
     int capacity_;
     int kv_len_ = 0;
     int num_forward_ = 0;
+    int successors_k_ = 0;
+    std::vector<TokenId> successors_;      // [R * k] of the last forward_step
     std::vector<TokenId> step_tokens_;     // [T] of the last forward_step
     std::vector<int32_t> step_positions_;  // [T]
 };

@@ -140,6 +140,32 @@ TEST(SampledDecode, LookaheadEqualsPlainSamplingForEverySeedAndConfig) {
     EXPECT_GT(multi_token_steps, 500);
 }
 
+// The same contract for the draft tree, each source alone and all together.
+TEST(SampledDecode, TreeLookaheadEqualsPlainSampling) {
+    const Tokens prompt = {1, 8, 43, 24, 27, 42, 19, 2, 13, 20};
+    int64_t multi_token_steps = 0;
+    for (uint64_t seed = 1; seed <= 6; ++seed) {
+        const GenerationConfig g = sampling(seed, seed % 2 ? 0.8 : 1.2, seed % 3 ? 0 : 6);
+        ChainLm plain_lm(1024);
+        const GenerationResult plain = run(plain_lm, prompt, g, std::nullopt);
+        for (auto [W, G, R, S, K] : {std::tuple{0, 4, 8, 0, 0}, std::tuple{0, 0, 8, 3, 0},
+                                     std::tuple{0, 0, 12, 0, 4}, std::tuple{3, 3, 16, 2, 3}}) {
+            std::optional<LookaheadConfig> c = lookahead(W, 4, G);
+            c->tree_rows = R;
+            c->suffix_branches = S;
+            c->recycle_top_k = K;
+            ChainLm lm(1024);
+            const GenerationResult la = run(lm, prompt, g, c);
+            ASSERT_EQ(la.tokens, plain.tokens) << "seed " << seed << " W,G,R,S,K " << W << ","
+                                               << G << "," << R << "," << S << "," << K;
+            for (size_t k = 2; k < la.stats.accept_histogram.size(); ++k) {
+                multi_token_steps += la.stats.accept_histogram[k];
+            }
+        }
+    }
+    EXPECT_GT(multi_token_steps, 100);
+}
+
 TEST(SampledDecode, DifferentSeedsGiveDifferentText) {
     const Tokens prompt = {1, 2, 3};
     ChainLm a(512), b(512);

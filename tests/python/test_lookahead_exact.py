@@ -36,12 +36,15 @@ from tolerances import assert_same_tokens
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def la(w: int, n: int, g: int, **kwargs) -> LookaheadConfig:
-    return LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g, **kwargs)
+def la(w: int, n: int, g: int, r: int = 0, s: int = 0, k: int = 0, **kwargs) -> LookaheadConfig:
+    """(W, N, G), or (W, N, G, R, S, K) for a draft tree of R rows with S suffix branches and recycling top-K."""
+    return LookaheadConfig(
+        window_size=w, ngram_size=n, verification_set_size=g, tree_rows=r, suffix_branches=s, recycle_top_k=k, **kwargs
+    )
 
 
-def cfg_id(cfg: tuple[int, int, int]) -> str:
-    return "W{}-N{}-G{}".format(*cfg)
+def cfg_id(cfg: tuple[int, ...]) -> str:
+    return "W{}-N{}-G{}".format(*cfg) + ("-R{}-S{}-K{}".format(*cfg[3:]) if len(cfg) > 3 else "")
 
 
 def check_stats(out: GenerationOutput, lookahead: LookaheadConfig | None) -> None:
@@ -49,15 +52,23 @@ def check_stats(out: GenerationOutput, lookahead: LookaheadConfig | None) -> Non
     s = out.stats
     hist = list(s.accept_histogram)
     assert s.new_tokens == len(out.token_ids) >= 1
-    assert len(hist) == (lookahead.ngram_size if lookahead else 1) + 1, hist  # a step emits at most N tokens
+    tree = lookahead is not None and lookahead.tree_rows > 0
+    # A step emits at most N tokens (a draft tree: R + 1).
+    most = (lookahead.tree_rows + 1 if tree else lookahead.ngram_size) if lookahead else 1
+    assert len(hist) == most + 1, hist
     assert hist[0] == 0, hist
     # The first new token comes from the prefill; every later one from exactly one step.
     assert sum(k * count for k, count in enumerate(hist)) == s.new_tokens - 1, hist
     assert s.steps == sum(hist)
     assert len(s.step_times_s) == s.steps
     assert all(t > 0 for t in s.step_times_s)
-    # Every step that kept >= 2 tokens accepted an n-gram from the pool, from one of the two sources.
-    assert sum(hist[2:]) <= s.accepted_from_prompt + s.accepted_from_window <= s.steps
+    # A step's tokens are accepted drafts and its bonus token (a stop may cut the last step's bonus).
+    drafted = sum(s.accepted_tokens_by_source.values())
+    assert 0 <= drafted - sum((k - 1) * count for k, count in enumerate(hist) if k) <= 1, (hist, drafted)
+    if not tree:
+        # Every step that kept >= 2 tokens accepted an n-gram from the pool, from one of the two sources.
+        assert sum(hist[2:]) <= s.accepted_from_prompt + s.accepted_from_window <= s.steps
+        assert s.accepted_tokens_by_source["suffix"] == s.accepted_tokens_by_source["recycle"] == 0
     assert s.compression == pytest.approx((s.new_tokens - 1) / s.steps if s.steps else 0.0)
     if lookahead is None:
         assert s.steps == s.new_tokens - 1
@@ -91,6 +102,8 @@ TINY_ARCHS = ["llama", "qwen2"]
 TINY_SEEDS = range(10)
 TINY_NEW_TOKENS = 48
 GRID = [(1, 2, 0), (1, 2, 1), (2, 3, 2), (4, 4, 4), (5, 4, 2), (8, 3, 8), (3, 5, 1), (16, 4, 16), (0, 3, 2), (0, 5, 4)]
+# Draft trees (W, N, G, R, S, K): the pool as a trie, suffix lookup alone, recycling alone, mixes.
+GRID += [(0, 4, 4, 8, 0, 0), (0, 3, 0, 8, 2, 0), (0, 3, 0, 12, 0, 4), (3, 4, 3, 16, 2, 2), (0, 5, 8, 32, 4, 8)]
 
 
 def repetitive_prompt(seed: int) -> list[int]:
@@ -138,7 +151,7 @@ def test_tiny_lookahead_equals_greedy(tiny_case, arch: str, seed: int, cfg: tupl
     )
     assert out.stop_reason == case.greedy.stop_reason
     check_stats(out, lookahead)
-    if cfg[2] == 0:  # no candidates to verify: one token per step, like greedy
+    if len(cfg) == 3 and cfg[2] == 0:  # no candidates to verify: one token per step, like greedy
         assert out.stats.steps == case.greedy.stats.steps
 
 
@@ -303,7 +316,7 @@ def test_greedy_stats(tiny_case) -> None:
 # the real SmolLM2-135M-Instruct checkpoint, float32 and bfloat16 (slow)
 
 REAL_NEW_TOKENS = 128
-REAL_CONFIGS = [(4, 4, 4), (8, 4, 8), (2, 3, 2), (0, 4, 4)]
+REAL_CONFIGS = [(4, 4, 4), (8, 4, 8), (2, 3, 2), (0, 4, 4), (0, 5, 8, 16, 4, 8), (2, 4, 2, 12, 2, 0)]
 REAL_DTYPES = ["float32", "bfloat16"]
 
 CHAT_PROMPTS = {
@@ -320,7 +333,7 @@ CODE_PROMPTS = {
 }
 COUNTING_PROMPT = "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,"  # greedy continues the sequence: very compressible
 
-RealCase = tuple[str, str, tuple[int, int, int]]  # (dtype, prompt name, (W, N, G))
+RealCase = tuple[str, str, tuple[int, ...]]  # (dtype, prompt name, (W, N, G) or (W, N, G, R, S, K))
 REAL_CASES: list[RealCase] = [
     (dtype, name, cfg) for dtype in REAL_DTYPES for name in [*CHAT_PROMPTS, *CODE_PROMPTS] for cfg in REAL_CONFIGS
 ]
@@ -427,8 +440,8 @@ def test_smollm2_lookahead_equals_greedy(real: RealModel, case: RealCase) -> Non
         what=(
             f"SmolLM2 {dtype} prompt {name!r} {la(*cfg)}, max_new_tokens={REAL_NEW_TOKENS}; reproduce: "
             f"s = Session(<smollm2 dir>, dtype={dtype!r}); ids = {prompt}; "
-            f"s.generate(ids, {REAL_NEW_TOKENS}, lookahead=LookaheadConfig(window_size={cfg[0]}, ngram_size={cfg[1]}, "
-            f"verification_set_size={cfg[2]})).token_ids vs s.generate(ids, {REAL_NEW_TOKENS}).token_ids"
+            f"s.generate(ids, {REAL_NEW_TOKENS}, lookahead={la(*cfg)!r}).token_ids "
+            f"vs s.generate(ids, {REAL_NEW_TOKENS}).token_ids"
         ),
         decode=session.decode,
     )

@@ -31,16 +31,37 @@ struct LookaheadConfig {
     bool seed_from_prompt = true;   // put every n-gram of the prompt and of the accepted text in the pool
     uint64_t seed = 0;              // seeds the random initial window (drawn from prompt tokens)
 
-    // Tokens in one step: (W + G) * (N - 1), or 1 + G * (N - 1) when W = 0. Meaningful only for
-    // valid fields; never throws.
+    // Draft tree (docs/design.md, "Draft tree"). tree_rows = R > 0: the proposals of every draft
+    // source (the pool's G n-grams, suffix lookup, token recycling) are merged into one token
+    // tree (shared prefixes once) of at most R rows, those most likely to be accepted, verified
+    // beside the window in the same pass; a step then emits 1 .. R + 1 tokens. 0 = the paper's
+    // layout: G separate slots of N - 1 tokens.
+    int tree_rows = 0;              // R (0 .. 512)
+    int suffix_branches = 0;        // suffix lookup: continuations of the longest earlier
+                                    // matches of the text's suffix in the prompt, the output and
+                                    // a kept pool's texts (0 .. 16; needs tree_rows >= 1)
+    int recycle_top_k = 0;          // token recycling: the k best next tokens the model predicted
+                                    // for each token, from every step's logits (0 .. 16; needs
+                                    // tree_rows >= 1)
+
+    bool tree() const { return tree_rows > 0; }
+    // Rows of the window: (N - 1) * W, or 1 (x alone) when W = 0.
+    int window_rows() const { return window_size == 0 ? 1 : window_size * (ngram_size - 1); }
+    // Tokens in one step: window_rows() + R with a tree, else (W + G) * (N - 1), or
+    // 1 + G * (N - 1) when W = 0. Meaningful only for valid fields; never throws.
     int tokens_per_step() const {
+        if (tree()) return window_rows() + tree_rows;
         return window_size == 0 ? 1 + verification_set_size * (ngram_size - 1)
                                 : (window_size + verification_set_size) * (ngram_size - 1);
     }
+    // Most tokens one step emits: R + 1 with a tree, else N.
+    int max_step_tokens() const { return tree() ? tree_rows + 1 : ngram_size; }
 
     // Throws ConfigError unless 0 <= window_size <= 64, 2 <= ngram_size <= 64,
-    // 0 <= verification_set_size <= 64, verification_set_size >= 1 when window_size = 0 (else
-    // a step could never emit more than one token) and tokens_per_step() <= 1024.
+    // 0 <= verification_set_size <= 64, 0 <= tree_rows <= 512, 0 <= suffix_branches <= 16,
+    // 0 <= recycle_top_k <= 16, suffix_branches and recycle_top_k are 0 without a tree, a step
+    // has something to verify (window_size = 0 needs G >= 1, or with a tree any source; a tree
+    // needs G, suffix_branches or recycle_top_k >= 1) and tokens_per_step() <= 1024.
     void validate() const;
 };
 

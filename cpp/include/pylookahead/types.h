@@ -2,6 +2,7 @@
 // copy or move them freely; a const instance may be read from any number of threads.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -84,6 +85,10 @@ struct GenerationStats {
     std::vector<int64_t> accept_histogram;
     int64_t accepted_from_prompt = 0;  // steps whose accepted n-gram was seeded from prompt/accepted text
     int64_t accepted_from_window = 0;  // steps whose accepted n-gram was harvested from the Jacobi window
+    // Accepted draft tokens (the bonus tokens not counted) by the source that proposed them:
+    // [0] history n-grams of the pool (seeded from the prompt and the output), [1] Jacobi-window
+    // n-grams, [2] suffix lookup, [3] token recycling (draft_source_names() order).
+    std::array<int64_t, 4> accepted_tokens_by_source{};
     int64_t pool_size = 0;             // n-grams in the pool at the end (0 for greedy)
     std::vector<double> step_times_s;  // wall time of each step after prefill; size == steps
     int64_t lookahead_steps = 0;       // steps that ran lookahead (the rest were greedy steps)
@@ -96,6 +101,13 @@ struct GenerationStats {
         return steps > 0 ? static_cast<double>(new_tokens - 1) / static_cast<double>(steps) : 0.0;
     }
 };
+
+// Names of GenerationStats::accepted_tokens_by_source's entries, in order:
+// {"history", "window", "suffix", "recycle"}.
+inline const std::array<const char*, 4>& draft_source_names() {
+    static const std::array<const char*, 4> kNames = {"history", "window", "suffix", "recycle"};
+    return kNames;
+}
 
 // Output of one Session::generate() call.
 struct GenerationResult {

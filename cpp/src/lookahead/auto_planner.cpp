@@ -33,7 +33,8 @@ bool same_shape(const std::optional<LookaheadConfig>& a, const std::optional<Loo
     if (a.has_value() != b.has_value()) return false;
     if (!a) return true;
     return a->window_size == b->window_size && a->ngram_size == b->ngram_size &&
-           a->verification_set_size == b->verification_set_size;
+           a->verification_set_size == b->verification_set_size && a->tree_rows == b->tree_rows &&
+           a->suffix_branches == b->suffix_branches && a->recycle_top_k == b->recycle_top_k;
 }
 
 // ---- StepCostModel -----------------------------------------------------------------------------

@@ -31,7 +31,8 @@
 
 namespace pylookahead {
 
-// True if both are greedy (nullopt) or both have the same W, N and G (seeds are not compared).
+// True if both are greedy (nullopt) or both have the same W, N, G and tree options (seeds are not
+// compared).
 bool same_shape(const std::optional<LookaheadConfig>& a, const std::optional<LookaheadConfig>& b);
 
 // Seconds of one decode step against its tokens per step T.

@@ -13,6 +13,8 @@ constexpr int kMaxWindowSize = 64;
 constexpr int kMaxNgramSize = 64;
 constexpr int kMaxVerificationSetSize = 64;
 constexpr int kMaxTokensPerStep = 1024;
+constexpr int kMaxTreeRows = 512;
+constexpr int kMaxBranches = 16;
 
 void check_range(const char* field, int value, int lo, int hi) {
     if (value < lo) {
@@ -31,21 +33,38 @@ void LookaheadConfig::validate() const {
     check_range("window_size", window_size, 0, kMaxWindowSize);
     check_range("ngram_size", ngram_size, 2, kMaxNgramSize);
     check_range("verification_set_size", verification_set_size, 0, kMaxVerificationSetSize);
-    if (window_size == 0 && verification_set_size == 0) {
-        throw ConfigError(
-            "verification_set_size must be >= 1 when window_size is 0 (got 0): a step without "
-            "window and candidates could only emit one token");
+    check_range("tree_rows", tree_rows, 0, kMaxTreeRows);
+    check_range("suffix_branches", suffix_branches, 0, kMaxBranches);
+    check_range("recycle_top_k", recycle_top_k, 0, kMaxBranches);
+    if (!tree()) {
+        if (suffix_branches > 0 || recycle_top_k > 0) {
+            throw ConfigError(std::string(suffix_branches > 0 ? "suffix_branches" : "recycle_top_k") +
+                              " needs tree_rows >= 1 (got " +
+                              std::to_string(suffix_branches > 0 ? suffix_branches : recycle_top_k) +
+                              " with tree_rows 0): only the draft tree verifies those proposals");
+        }
+        if (window_size == 0 && verification_set_size == 0) {
+            throw ConfigError(
+                "verification_set_size must be >= 1 when window_size is 0 (got 0): a step without "
+                "window and candidates could only emit one token");
+        }
+    } else if (verification_set_size == 0 && suffix_branches == 0 && recycle_top_k == 0) {
+        throw ConfigError("a draft tree (tree_rows " + std::to_string(tree_rows) +
+                          ") needs a source: verification_set_size, suffix_branches or "
+                          "recycle_top_k >= 1 (got all 0)");
     }
     if (tokens_per_step() > kMaxTokensPerStep) {
         throw ConfigError(std::string("tokens per step ") +
-                          (window_size == 0 ? "1 + verification_set_size * (ngram_size - 1)"
-                                            : "(window_size + verification_set_size) * "
-                                              "(ngram_size - 1)") +
+                          (tree() ? "window rows + tree_rows"
+                           : window_size == 0 ? "1 + verification_set_size * (ngram_size - 1)"
+                                              : "(window_size + verification_set_size) * "
+                                                "(ngram_size - 1)") +
                           " must be <= " + std::to_string(kMaxTokensPerStep) + " (got " +
                           std::to_string(tokens_per_step()) + " for window_size " +
                           std::to_string(window_size) + ", ngram_size " +
                           std::to_string(ngram_size) + ", verification_set_size " +
-                          std::to_string(verification_set_size) + ")");
+                          std::to_string(verification_set_size) +
+                          (tree() ? ", tree_rows " + std::to_string(tree_rows) : std::string()) + ")");
     }
 }
 

@@ -89,7 +89,7 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     std::optional<LookaheadConfig> running;  // config of `algo` (nullopt: greedy steps)
     if (request.lookahead) {
         running = request.lookahead;
-        algo.emplace(*request.lookahead, request.pool);
+        algo.emplace(*request.lookahead, request.pool, model.prefers_fixed_shapes());
     }
     std::optional<TokenSampler> sampler_storage;
     if (request.sampling.temperature > 0.0) sampler_storage.emplace(request.sampling);
@@ -112,10 +112,6 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
     stats.accept_histogram.assign(max_n + 1, 0);
     Emitter emitter(request, &result);
     std::vector<TokenId> argmax;
-    // Scratch of a step run without its padded candidate slots.
-    std::vector<TokenId> trimmed;
-    std::vector<int32_t> trimmed_positions, trimmed_out, trimmed_exact;
-    std::vector<uint8_t> trimmed_mask;
     // Emits a step's tokens, reports them, and returns how many were kept.
     auto finish_step = [&](const std::vector<TokenId>& tokens) {
         int kept = emitter.emit(tokens);
@@ -170,6 +166,18 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
         ran_lookahead = true;
     }
 
+    // Token recycling reads the k best tokens of every out row; the model keeps them only while
+    // this generation runs.
+    const int successors_k =
+        algo && algo->successors_wanted() > 0 ? model.set_successors(algo->successors_wanted()) : 0;
+    struct StopSuccessors {
+        StepModel& model;
+        bool on;
+        ~StopSuccessors() {
+            if (on) model.set_successors(0);
+        }
+    } stop_successors{model, successors_k > 0};
+
     const double decode_start = now();
     std::vector<TokenId> history;  // auto mode: prompt + emitted tokens but the last, on a switch
     while (!emitter.stopped()) {
@@ -187,7 +195,7 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                                "policy asked for " << running->tokens_per_step()
                                                    << " tokens per step, above its maximum "
                                                    << tokens_per_step);
-                    algo.emplace(*running, request.pool);
+                    algo.emplace(*running, request.pool, model.prefers_fixed_shapes());
                     history.assign(request.prompt.begin(), request.prompt.end());
                     history.insert(history.end(), result.tokens.begin(), result.tokens.end() - 1);
                     algo->start(history, x, keep_pool);
@@ -202,49 +210,31 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
         StepReport report;
         report.step = stats.steps;
         if (algo) {
-            const StepLayout& layout = algo->layout();
-            const std::vector<TokenId>& tokens = algo->prepare(x);
-            const int t_full = static_cast<int>(tokens.size());
-            const int t_real = layout.budget.verify_begin +
-                               algo->prepared_candidates() * layout.budget.candidate_len();
-            positions.resize(t_full);
-            for (int i = 0; i < t_full; ++i) positions[i] = p + layout.offsets[i];
-            if (t_real < t_full && !model.prefers_fixed_shapes()) {
-                // Run only the real rows: the padded candidate slots are the last rows, and no
-                // real row sees them, so the prefix [0, t_real) is a complete step on its own.
-                trimmed.assign(tokens.begin(), tokens.begin() + t_real);
-                trimmed_positions.assign(positions.begin(), positions.begin() + t_real);
-                trimmed_mask.resize(static_cast<size_t>(t_real) * t_real);
-                for (int r = 0; r < t_real; ++r) {
-                    std::copy_n(layout.mask.data() + static_cast<size_t>(r) * t_full, t_real,
-                                trimmed_mask.data() + static_cast<size_t>(r) * t_real);
-                }
-                trimmed_out.clear();
-                for (int32_t r : layout.out_rows) {
-                    if (r < t_real) trimmed_out.push_back(r);
-                }
-                trimmed_exact.clear();
-                for (int32_t r : layout.exact_rows) {
-                    if (r < t_real) trimmed_exact.push_back(r);
-                }
-                model.forward_step(trimmed, trimmed_positions, trimmed_mask.data(), trimmed_out,
-                                   trimmed_exact, &argmax, sampler);
-                // out_rows ascend, so the kept ones are a prefix; padded rows' argmax is unused.
-                argmax.resize(layout.out_rows.size(), 0);
-            } else {
-                model.forward_step(tokens, positions, layout.mask.data(), layout.out_rows,
-                                   layout.exact_rows, &argmax, sampler);
-            }
-            const StepOutcome outcome = algo->update(argmax);
+            // plan -> forward -> verify -> commit; emitting happens in between.
+            const StepPlan& plan = algo->prepare(x);
+            const int t = plan.rows();
+            positions.resize(t);
+            for (int i = 0; i < t; ++i) positions[i] = p + plan.offsets[i];
+            model.forward_step(plan.tokens, positions, plan.mask.data(), plan.out_rows,
+                               plan.exact_rows, &argmax, sampler);
+            const StepOutcome outcome =
+                algo->update(argmax, successors_k > 0 ? &model.successors() : nullptr, successors_k);
             kept = finish_step(outcome.emitted);
             model.commit(std::vector<int32_t>(outcome.commit_rows.begin(),
                                               outcome.commit_rows.begin() + kept));
+            // Credit only the kept tokens' sources (a stop may cut an accepted path).
+            const int kept_drafts = std::min(kept, outcome.num_accepted);
+            for (int i = 0; i < kept_drafts; ++i) {
+                const int row = outcome.commit_rows[i + 1] - plan.tree_begin;
+                ++stats.accepted_tokens_by_source[static_cast<size_t>(plan.nodes[row].source)];
+            }
             if (outcome.num_accepted > 0) {
-                ++(outcome.source == NgramSource::kWindow ? stats.accepted_from_window
-                                                          : stats.accepted_from_prompt);
+                const DraftSource first = plan.nodes[outcome.commit_rows[1] - plan.tree_begin].source;
+                if (first == DraftSource::kWindow) ++stats.accepted_from_window;
+                if (first == DraftSource::kHistory) ++stats.accepted_from_prompt;
             }
             ++stats.lookahead_steps;
-            report.tokens_per_step = model.prefers_fixed_shapes() ? t_full : t_real;
+            report.tokens_per_step = t;
             report.num_candidates = outcome.num_candidates;
             report.window_candidates = outcome.window_candidates;
             report.window_matched = outcome.window_matched;

@@ -60,6 +60,19 @@ class StepModel {
     // True if steps must keep the fixed (W + G)(N - 1) rows (e.g. for CUDA-graph replay); false
     // lets the loop drop the padded verification slots of a step (cheaper on a CPU).
     virtual bool prefers_fixed_shapes() const { return false; }
+
+    // Token recycling: k > 0 asks every later forward_step with exact rows to also keep, per
+    // out row, the ids of its k highest logits, best first (drafts only: argmax stays the
+    // exact choice); 0 stops it. Returns the k it will provide: k, or 0 if it cannot.
+    virtual int set_successors(int k) {
+        (void)k;
+        return 0;
+    }
+    // [R * k] of the last such forward_step (R out rows, k of set_successors).
+    virtual const std::vector<TokenId>& successors() const {
+        static const std::vector<TokenId> kNone;
+        return kNone;
+    }
 };
 
 // Inputs of one generation.

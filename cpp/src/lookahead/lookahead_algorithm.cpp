@@ -3,18 +3,26 @@
 #include <algorithm>
 
 #include "check.h"
-#include "lookahead/verifier.h"
 
 namespace pylookahead {
 
 LookaheadAlgorithm::LookaheadAlgorithm(const LookaheadConfig& config,
-                                       std::shared_ptr<SharedPool> pool)
+                                       std::shared_ptr<SharedPool> pool, bool fixed_shapes)
     : config_(config),
-      layout_(build_step_layout(step_budget(config))),
+      budget_(step_budget(config)),
+      window_layout_(build_step_layout(window_budget(budget_))),
+      fixed_shapes_(fixed_shapes),
       shared_(pool ? std::move(pool) : std::make_shared<SharedPool>()),
       window_(config.window_size, config.ngram_size),
-      tokens_(layout_.budget.tokens_per_step, 0),
-      next_(config.window_size, 0) {}
+      next_(config.window_size, 0) {
+    if (config.tree()) {
+        if (config.verification_set_size > 0) {
+            pool_drafter_.emplace(shared_.get(), config.verification_set_size);
+        }
+        if (config.suffix_branches > 0) suffix_.emplace(config.suffix_branches, config.tree_rows);
+        if (config.recycle_top_k > 0) recycle_.emplace(config.recycle_top_k);
+    }
+}
 
 int64_t LookaheadAlgorithm::pool_size() const {
     std::lock_guard<std::mutex> lock(shared_->mutex);
@@ -35,6 +43,7 @@ void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first
     } else if (pool.ngram_len() != len || pool.capacity() != cap) {
         pool = pool.reshaped(len, cap);
     }
+    if (suffix_) suffix_->start(keep_pool ? &shared_->texts : nullptr, prompt, first_token);
     history_.clear();
     recent_.assign(NgramPool::kContextLen + 1, NgramPool::kUnknown);
     push_recent(prompt.data(), static_cast<int>(prompt.size()));
@@ -68,58 +77,115 @@ void LookaheadAlgorithm::append_history(const TokenId* tokens, int n) {
     }
 }
 
-const std::vector<TokenId>& LookaheadAlgorithm::prepare(TokenId x) {
-    const StepBudget& b = budget();
-    const int len = b.candidate_len();
-    const std::vector<TokenId>& cells = window_.cells();
-    std::copy(cells.begin(), cells.end(), tokens_.begin());
-    tokens_[0] = x;
-
-    auto slots = tokens_.begin() + b.verify_begin;
-    {
-        // recent_ ends with x: the tokens before it are the context candidates are ranked by.
-        std::lock_guard<std::mutex> lock(shared_->mutex);
-        const NgramPool::Candidates cands =
-            shared_->pool.select(x, recent_.data(), b.verification_set_size, &order_);
-        num_candidates_ = static_cast<int>(order_.size());
-        candidate_sources_.clear();
-        for (int c = 0; c < num_candidates_; ++c) {
-            const int i = order_[c];
-            candidate_sources_.push_back(cands.sources[i]);
-            std::copy_n(cands.tokens + static_cast<size_t>(i) * len, len, slots + c * len);
+void LookaheadAlgorithm::prepare_classic(TokenId x, std::vector<TreeNode>* nodes) {
+    const int len = budget_.candidate_len();
+    // recent_ ends with x: the tokens before it are the context candidates are ranked by.
+    std::lock_guard<std::mutex> lock(shared_->mutex);
+    const NgramPool::Candidates cands =
+        shared_->pool.select(x, recent_.data(), budget_.verification_set_size, &order_);
+    num_candidates_ = static_cast<int>(order_.size());
+    candidate_sources_.clear();
+    for (int c = 0; c < num_candidates_; ++c) {
+        const int i = order_[c];
+        candidate_sources_.push_back(cands.sources[i]);
+        const DraftSource source = cands.sources[i] == NgramSource::kWindow ? DraftSource::kWindow
+                                                                            : DraftSource::kHistory;
+        for (int k = 0; k < len; ++k) {
+            TreeNode v;
+            v.token = cands.tokens[static_cast<size_t>(i) * len + k];
+            v.parent = k == 0 ? -1 : c * len + k - 1;
+            v.depth = k + 1;
+            v.source = source;
+            v.rank = c;
+            nodes->push_back(v);
         }
     }
-    std::fill(slots + num_candidates_ * len, tokens_.end(), x);  // padding: outputs ignored
-    return tokens_;
 }
 
-StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax) {
-    const StepBudget& b = budget();
-    PYLA_CHECK(argmax.size() == layout_.out_rows.size(),
-               "argmax has " << argmax.size() << " rows, expected " << layout_.out_rows.size());
-    const TokenId x = tokens_[0];
-    const TokenId t0 = argmax[0];  // row 0 is out_rows[0] for every N
-    std::copy_n(argmax.begin() + layout_.out_last_level, b.window_size, next_.begin());
+void LookaheadAlgorithm::prepare_tree(TokenId x, std::vector<TreeNode>* nodes) {
+    tree_.clear();
+    DraftContext ctx;
+    ctx.x = x;
+    ctx.recent = recent_.data();
+    ctx.budget = config_.tree_rows;
+    ctx.scorer = &scorer_;
+    if (suffix_) suffix_->propose(ctx, &tree_);
+    if (pool_drafter_) pool_drafter_->propose(ctx, &tree_);
+    if (recycle_) recycle_->propose(ctx, &tree_);
+    tree_.select(config_.tree_rows, nodes);
+}
 
-    VerifyResult verdict = verify_greedy(t0, tokens_.data() + b.verify_begin,
-                                         argmax.data() + layout_.out_verify, num_candidates_,
-                                         b.candidate_len());
+const StepPlan& LookaheadAlgorithm::prepare(TokenId x) {
+    std::vector<TreeNode> nodes;
+    if (config_.tree()) {
+        prepare_tree(x, &nodes);
+    } else {
+        prepare_classic(x, &nodes);
+    }
+    const int pad_to = fixed_shapes_ ? budget_.tokens_per_step - budget_.verify_begin
+                                     : static_cast<int>(nodes.size());
+    build_step_plan(window_layout_, window_.cells(), x, std::move(nodes), pad_to, &plan_);
+    return plan_;
+}
+
+StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax,
+                                       const std::vector<TokenId>* successors, int successors_k) {
+    const StepPlan& plan = plan_;
+    PYLA_CHECK(argmax.size() == plan.out_rows.size(),
+               "argmax has " << argmax.size() << " rows, expected " << plan.out_rows.size());
+    const TokenId x = plan.tokens[0];
+    const TokenId t0 = argmax[0];  // row 0 is out_rows[0] for every N
+    std::copy_n(argmax.begin() + plan.out_last_level, budget_.window_size, next_.begin());
+
+    const std::vector<TreeNode>& nodes = plan.nodes;
+    TreeVerdict verdict = verify_tree(t0, nodes, argmax.data() + plan.out_tree);
     StepOutcome out;
-    out.candidate = verdict.candidate;
-    out.num_accepted = verdict.num_accepted;
+    out.num_accepted = static_cast<int>(verdict.path.size());
     out.commit_rows.push_back(0);
-    if (verdict.num_accepted > 0) {
-        out.source = candidate_sources_[verdict.candidate];
-        for (int k = 0; k < verdict.num_accepted; ++k) {
-            out.commit_rows.push_back(b.verify_row(verdict.candidate, k));
-        }
+    for (int32_t v : verdict.path) {
+        out.commit_rows.push_back(plan.tree_begin + v);
     }
     out.emitted = std::move(verdict.emitted);
-    out.num_candidates = num_candidates_;
-    for (int c = 0; c < num_candidates_; ++c) {
-        if (candidate_sources_[c] != NgramSource::kWindow) continue;
-        ++out.window_candidates;
-        out.window_matched = std::max(out.window_matched, verdict.matched[c]);
+    if (config_.tree()) {
+        out.num_candidates = static_cast<int>(nodes.size());
+        scorer_.record(nodes, verdict.accepted);
+    } else {
+        out.num_candidates = num_candidates_;
+        const int len = budget_.candidate_len();
+        for (int c = 0; c < num_candidates_; ++c) {
+            if (candidate_sources_[c] != NgramSource::kWindow) continue;
+            ++out.window_candidates;
+            int matched = 0;  // accepted nodes of a chain are a prefix of it
+            while (matched < len && verdict.accepted[c * len + matched]) ++matched;
+            out.window_matched = std::max(out.window_matched, matched);
+        }
+    }
+    if (recycle_ && successors != nullptr && successors_k == recycle_->top_k()) {
+        // Every real out row's successors; rows whose context is the true text (x, then the
+        // accepted path) last, so that they win over draft rows holding the same token.
+        PYLA_CHECK(successors->size() == argmax.size() * successors_k, "successors size");
+        const int real_rows = plan.tree_begin + static_cast<int>(nodes.size());
+        row_tokens_.clear();
+        row_successors_.clear();
+        auto add_row = [&](int i) {
+            row_tokens_.push_back(plan.tokens[plan.out_rows[i]]);
+            row_successors_.insert(row_successors_.end(), successors->begin() + i * successors_k,
+                                   successors->begin() + (i + 1) * successors_k);
+        };
+        std::vector<uint8_t> late(plan.out_rows.size(), 0);
+        late[0] = 1;
+        for (int32_t v : verdict.path) late[plan.out_tree + v] = 1;
+        for (size_t i = 1; i < plan.out_rows.size(); ++i) {
+            if (!late[i] && plan.out_rows[i] < real_rows) add_row(static_cast<int>(i));
+        }
+        add_row(0);
+        for (int32_t v : verdict.path) add_row(plan.out_tree + v);
+        StepRows rows;
+        rows.tokens = row_tokens_.data();
+        rows.successors = row_successors_.data();
+        rows.rows = static_cast<int>(row_tokens_.size());
+        rows.k = successors_k;
+        recycle_->on_step(rows);
     }
 
     {
@@ -130,6 +196,7 @@ StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax) {
         }
     }
     window_.shift(next_.data());
+    if (suffix_) suffix_->on_emitted(out.emitted.data(), static_cast<int>(out.emitted.size()));
     push_recent(out.emitted.data(), static_cast<int>(out.emitted.size()));
     return out;
 }

@@ -11,7 +11,14 @@ StepBudget step_budget(const LookaheadConfig& config) {
     b.last_level_begin = (b.ngram_size - 2) * b.window_size;
     // W = 0: row 0 (x) alone, then the candidates.
     b.verify_begin = b.window_size == 0 ? 1 : (b.ngram_size - 1) * b.window_size;
-    b.max_accept = b.ngram_size;
+    b.max_accept = config.max_step_tokens();
+    return b;
+}
+
+StepBudget window_budget(const StepBudget& budget) {
+    StepBudget b = budget;
+    b.verification_set_size = 0;
+    b.tokens_per_step = b.verify_begin;
     return b;
 }
 

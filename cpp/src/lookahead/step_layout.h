@@ -62,9 +62,11 @@ struct StepBudget {
     int ngram_size = 0;             // N
     int verification_set_size = 0;  // G
     int tokens_per_step = 0;        // T = (W + G) * (N - 1), or 1 + G * (N - 1) when W = 0
+                                    // (LookaheadConfig::tokens_per_step: with a tree, window + R)
     int last_level_begin = 0;       // first row of level N-2: (N - 2) * W
     int verify_begin = 0;           // first verification row: (N - 1) * W (1 when W = 0)
-    int max_accept = 0;             // most tokens one step emits: N (N - 1 accepted + bonus)
+    int max_accept = 0;             // most tokens one step emits: N (N - 1 accepted + bonus);
+                                    // with a tree R + 1
 
     int candidate_len() const { return ngram_size - 1; }
     // Row of window cell (level, column); cell (0, 0) is x.
@@ -90,5 +92,8 @@ struct StepLayout {
 };
 
 StepLayout build_step_layout(const StepBudget& budget);
+
+// The budget of the window alone: `budget` with G = 0 and T = verify_begin.
+StepBudget window_budget(const StepBudget& budget);
 
 }  // namespace pylookahead

@@ -137,6 +137,15 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
     at::Tensor logits = model_.forward(in.tokens, in.positions, full_mask, kv_, kv_len_,
                                        in.out_rows, row_invariant, mask);
     pending_rows_ = static_cast<int>(t);
+    if (successors_k_ > 0 && row_invariant) {
+        const int64_t k = std::min<int64_t>(successors_k_, logits.size(-1));
+        at::Tensor top = std::get<1>(logits.to(at::kFloat).topk(k, -1)).to(at::kInt).cpu().contiguous();
+        successors_.assign(out_rows.size() * successors_k_, -1);
+        const int32_t* d = top.data_ptr<int32_t>();
+        for (size_t r = 0; r < out_rows.size(); ++r) {
+            std::copy_n(d + r * k, k, successors_.begin() + r * successors_k_);
+        }
+    }
     if (sampler != nullptr) {
         // Sampling draws on the host from the R rows' fp32 logits (R x V floats to copy on a GPU).
         at::Tensor host = logits.to(at::kFloat).cpu().contiguous();

@@ -35,6 +35,13 @@ class TorchStepModel : public StepModel {
     void truncate(int rows) override;
     // CUDA keeps fixed step shapes (graph replay); the CPU runs only a step's real rows.
     bool prefers_fixed_shapes() const override { return model_.device().is_cuda(); }
+    // at::topk of each out row's fp32 logits, copied to the host with the argmax.
+    int set_successors(int k) override {
+        successors_k_ = k;
+        if (k == 0) successors_.clear();
+        return k;
+    }
+    const std::vector<TokenId>& successors() const override { return successors_; }
 
     // Logits [T, V] (fp32, host) of `tokens` run as a prefill from an empty cache; for tests.
     at::Tensor prefill_logits(const std::vector<TokenId>& tokens);
@@ -71,6 +78,8 @@ class TorchStepModel : public StepModel {
     at::Tensor mask_block_;              // [T, T] bool on device
     ThreadGovernor governor_;            // kept across generations (what it learned holds)
     bool govern_threads_ = true;
+    int successors_k_ = 0;
+    std::vector<TokenId> successors_;    // [R * k] of the last decode step
 };
 
 }  // namespace pylookahead
