@@ -142,7 +142,7 @@ void bind_config(py::module_& m) {
                               "Automatic lookahead: the engine picks greedy or (W, N, G) steps itself.")
         .def(py::init([](const py::object& replan_interval, double min_gain,
                          const py::object& max_tokens_per_step, const py::object& probe_after,
-                         const py::object& probe_steps, const py::object& seed) {
+                         const py::object& probe_steps, const py::object& seed, const py::object& tree_rows) {
                  AutoLookahead a;
                  a.replan_interval =
                      static_cast<int>(checked_int(replan_interval, "replan_interval", kIntMin, kIntMax));
@@ -152,6 +152,7 @@ void bind_config(py::module_& m) {
                  a.probe_after = static_cast<int>(checked_int(probe_after, "probe_after", kIntMin, kIntMax));
                  a.probe_steps = static_cast<int>(checked_int(probe_steps, "probe_steps", kIntMin, kIntMax));
                  a.seed = checked_seed(seed, "seed");
+                 a.tree_rows = static_cast<int>(checked_int(tree_rows, "tree_rows", kIntMin, kIntMax));
                  a.validate();
                  return a;
              }),
@@ -159,18 +160,21 @@ void bind_config(py::module_& m) {
              py::arg("min_gain") = AutoLookahead().min_gain,
              py::arg("max_tokens_per_step") = AutoLookahead().max_tokens_per_step,
              py::arg("probe_after") = AutoLookahead().probe_after,
-             py::arg("probe_steps") = AutoLookahead().probe_steps, py::arg("seed") = 0)
+             py::arg("probe_steps") = AutoLookahead().probe_steps, py::arg("seed") = 0,
+             py::arg("tree_rows") = AutoLookahead().tree_rows)
         .def_readwrite("replan_interval", &AutoLookahead::replan_interval)
         .def_readwrite("min_gain", &AutoLookahead::min_gain)
         .def_readwrite("max_tokens_per_step", &AutoLookahead::max_tokens_per_step)
         .def_readwrite("probe_after", &AutoLookahead::probe_after)
         .def_readwrite("probe_steps", &AutoLookahead::probe_steps)
         .def_readwrite("seed", &AutoLookahead::seed)
+        .def_readwrite("tree_rows", &AutoLookahead::tree_rows)
         .def("validate", &AutoLookahead::validate)
         .def("__repr__", [](const AutoLookahead& a) {
             return "AutoLookahead(replan_interval=" + std::to_string(a.replan_interval) +
                    ", min_gain=" + std::to_string(a.min_gain) +
-                   ", max_tokens_per_step=" + std::to_string(a.max_tokens_per_step) + ")";
+                   ", max_tokens_per_step=" + std::to_string(a.max_tokens_per_step) +
+                   ", tree_rows=" + std::to_string(a.tree_rows) + ")";
         });
 
     py::class_<GenerationConfig>(m, "GenerationConfig")

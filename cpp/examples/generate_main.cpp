@@ -53,6 +53,12 @@ void print_usage(std::ostream& os) {
        << "  -N, --ngram-size INT             n-gram size N (default " << la.ngram_size << ")\n"
        << "  -G, --verification-set-size INT  candidates G (default " << la.verification_set_size
        << ")\n"
+       << "  -R, --tree-rows INT              draft tree rows R, 0 = the paper's G slots (default "
+       << la.tree_rows << ")\n"
+       << "  --suffix-branches INT            draft tree: suffix lookup branches (default "
+       << la.suffix_branches << ")\n"
+       << "  --recycle-top-k INT              draft tree: token recycling successors (default "
+       << la.recycle_top_k << ")\n"
        << "  --max-new-tokens INT             (default " << gen.max_new_tokens << ")\n"
        << "  --dtype NAME                     float32, bfloat16, float16 or float64 (default "
        << engine.dtype << ")\n"
@@ -145,6 +151,12 @@ Options parse_args(int argc, char** argv) {
         } else if (arg == "-G" || arg == "--verification-set-size") {
             o.lookahead.verification_set_size =
                 static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (arg == "-R" || arg == "--tree-rows") {
+            o.lookahead.tree_rows = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (arg == "--suffix-branches") {
+            o.lookahead.suffix_branches = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
+        } else if (arg == "--recycle-top-k") {
+            o.lookahead.recycle_top_k = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
         } else if (arg == "--max-new-tokens") {
             o.gen.max_new_tokens = static_cast<int>(parse_int(value(), arg, 1, kIntMax));
         } else if (arg == "--dtype") {
@@ -206,6 +218,9 @@ void print_result(const std::string& label, const pla::GenerationResult& r) {
     std::printf("%s_accept_histogram: %s\n", label.c_str(), join(s.accept_histogram, 1).c_str());
     std::printf("%s_prefill_s: %.6f\n", label.c_str(), s.prefill_s);
     std::printf("%s_decode_s: %.6f\n", label.c_str(), s.decode_s);
+    // Accepted draft tokens by source, in pla::draft_source_names() order.
+    std::vector<int64_t> by_source(s.accepted_tokens_by_source.begin(), s.accepted_tokens_by_source.end());
+    std::printf("%s_accepted_by_source: %s\n", label.c_str(), join(by_source).c_str());
 }
 
 int run(const Options& o) {

@@ -24,7 +24,7 @@
 #include "io/model_config.h"
 #include "io/regular_file.h"
 #include "kernels/cpu_isa.h"
-#include "lookahead/auto_planner.h"
+#include "lookahead/auto/controller.h"
 #include "model/transformer.h"
 #include "runtime/torch_step_model.h"
 
@@ -305,6 +305,11 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     if (lookahead) lookahead->validate();
     DecodeRequest req = make_request(impl_->model->info(), prompt, gen);
     req.lookahead = lookahead;
+    if (lookahead && lookahead->tree()) {
+        // A draft tree sizes each step by the step-cost table (measured on first use).
+        impl_->calibrate();
+        req.step_costs = &impl_->planner.costs();
+    }
     return impl_->run(req, gen, on_tokens);
 }
 
@@ -324,6 +329,7 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
     AutoController controller(impl_->planner, lookahead, max_tokens, &impl_->shadow, gen.keep_pool);
     req.policy = &controller;
+    req.step_costs = &impl_->planner.costs();
     return impl_->run(req, gen, on_tokens);
 }
 

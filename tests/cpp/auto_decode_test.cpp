@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "lookahead/auto_planner.h"
+#include "lookahead/auto/controller.h"
 #include "lookahead/decode_loop.h"
 #include "oracle_lm.h"
 #include "oracle_text.h"
@@ -62,7 +62,7 @@ class ScriptedPolicy : public StepPolicy {
         for (const auto& c : script_) if (c) t = std::max(t, c->tokens_per_step());
         return t;
     }
-    int max_ngram_size() const override {
+    int max_step_tokens() const override {
         int n = 1;
         for (const auto& c : script_) if (c) n = std::max(n, c->ngram_size);
         return n;
@@ -186,6 +186,7 @@ AutoRun run_auto(AutoPlanner* planner, const Tokens& text, int prompt_len, int m
     request.max_new_tokens = max_new;
     request.policy = &ctl;
     request.clock = lm.clock();
+    request.step_costs = &planner->costs();  // sizes draft trees, as a Session does
     int64_t calls = 0;
     AutoRun out;
     out.result = run_decode(lm, request, [&](const Tokens&) {
@@ -242,6 +243,7 @@ TEST(AutoDecode, FallsBackMidGenerationAndProbesAgainExactly) {
         planner.costs().set_table(table(cheap));
         AutoLookahead options;
         options.probe_after = 32;
+        options.tree_rows = 0;  // classic slots: a tree on this text would finish before the change
         const AutoRun r = run_auto(&planner, text, 40, 1000, cheap, options,
                                    [&](TimedOracle& lm, int64_t call) {
                                        if (call == 30) lm.set_cost(dear);
@@ -262,6 +264,28 @@ TEST(AutoDecode, FallsBackMidGenerationAndProbesAgainExactly) {
         EXPECT_TRUE(probed_after);
         EXPECT_GT(r.result.stats.lookahead_steps, 0);
         EXPECT_LT(r.result.stats.lookahead_steps, r.result.stats.steps);
+    }
+}
+
+// Verification-only choices run as draft trees (AutoLookahead::tree_rows): still greedy's output,
+// and suffix lookup and recycling supply tokens.
+TEST(AutoDecode, VerificationOnlyChoicesRunAsDraftTrees) {
+    auto cost = [](int T) { return 0.01 * (1 + 0.02 * T); };
+    for (const Tokens& text : {periodic_text(700), mixed_text(700, 5)}) {
+        for (int rows : {0, 8, 32}) {
+            AutoPlanner planner;
+            planner.costs().set_table(table(cost));
+            AutoLookahead options;
+            options.tree_rows = rows;
+            const AutoRun r = run_auto(&planner, text, 40, 600, cost, options);
+            ASSERT_EQ(r.result.tokens, expected(text, 40, 600, {})) << "tree_rows " << rows;
+            check_counts(r.result);
+            const GenerationStats& s = r.result.stats;
+            EXPECT_EQ(s.accept_histogram.size(), static_cast<size_t>(std::max(7, rows + 2)));
+            const int64_t tree_drafts = s.accepted_tokens_by_source[2] + s.accepted_tokens_by_source[3];
+            if (rows == 0) EXPECT_EQ(tree_drafts, 0);
+            if (rows > 0 && text[41] == text[48]) EXPECT_GT(tree_drafts, 0);  // the periodic text
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-// The automatic lookahead planner (lookahead/auto_planner.h): the expected-tokens formula, the
+// The automatic lookahead planner (lookahead/auto/): the expected-tokens formula, the
 // acceptance fit, the cost table, the choice of a config and the controller's switching rules.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "lookahead/auto_planner.h"
+#include "lookahead/auto/controller.h"
 #include "lookahead/decode_loop.h"
 #include "oracle_lm.h"
 #include "oracle_text.h"

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lookahead/draft_scorer.h"
@@ -211,6 +212,34 @@ TEST(StepPlan, TreeRowsSeeXTheirAncestorsAndThemselves) {
     EXPECT_EQ(plan.exact_rows, (std::vector<int32_t>{0, 1, 2, 3, 4}));
     EXPECT_EQ(plan.out_tree, 1);
     EXPECT_EQ(plan.tree_begin, 1);
+}
+
+// The drawing in step_plan.h.
+TEST(StepPlan, GoldenTrieWithPadding) {
+    StepBudget b;
+    b.ngram_size = 3;
+    b.tokens_per_step = 1;
+    b.verify_begin = 1;
+    auto node = [](TokenId t, int parent, int depth) {
+        TreeNode v;
+        v.token = t;
+        v.parent = parent;
+        v.depth = depth;
+        return v;
+    };
+    // a=1, b=2, c=3, d=4, e=5
+    std::vector<TreeNode> nodes = {node(1, -1, 1), node(2, 0, 2), node(3, 0, 2), node(4, -1, 1),
+                                   node(5, 2, 3)};
+    StepPlan plan;
+    build_step_plan(build_step_layout(b), {}, 9, std::move(nodes), 6, &plan);
+    const char* want[] = {"1......", "11.....", "111....", "11.1...", "1...1..", "11.1.1.", "1.....1"};
+    for (int r = 0; r < 7; ++r) {
+        std::string row;
+        for (int k = 0; k < 7; ++k) row += plan.mask[r * 7 + k] ? '1' : '.';
+        EXPECT_EQ(row, want[r]) << "row " << r;
+    }
+    EXPECT_EQ(plan.offsets, (std::vector<int32_t>{0, 1, 2, 2, 1, 3, 1}));
+    EXPECT_EQ(plan.tokens, (Tokens{9, 1, 2, 3, 4, 5, 9}));
 }
 
 // With all G candidates present, the classic plan is the static layout of the paper.

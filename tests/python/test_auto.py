@@ -72,7 +72,9 @@ def test_expensive_wide_steps_fall_back_to_greedy(session: Session) -> None:
     assert out.stats.lookahead_steps == 0
     assert [tuple(d) for d in out.stats.auto_decisions] == [(0, "greedy")]
     assert out.stats.steps == len(out.token_ids) - 1
-    assert len(out.stats.accept_histogram) == 7 and out.stats.accept_histogram[2:] == [0] * 5
+    # Sized for the largest step auto may run: N = 6, or a draft tree of tree_rows (capped by the table).
+    size = max(7, min(AutoLookahead().tree_rows, max(EXPENSIVE) - 1) + 2)
+    assert len(out.stats.accept_histogram) == size and out.stats.accept_histogram[2:] == [0] * (size - 2)
 
 
 def test_cheap_wide_steps_on_repetitive_prompt_use_lookahead(session: Session) -> None:
@@ -90,6 +92,25 @@ def test_cheap_wide_steps_on_repetitive_prompt_use_lookahead(session: Session) -
             assert cfg.tokens_per_step <= max(CHEAP)
             assert d.label == f"{cfg.window_size},{cfg.ngram_size},{cfg.verification_set_size}"
     assert out.stats.steps < ref.stats.steps or out.stats.lookahead_steps < out.stats.steps
+
+
+@pytest.mark.parametrize("tree_rows", [0, 16])
+def test_verification_only_choices_run_as_draft_trees(session: Session, tree_rows: int) -> None:
+    """AutoLookahead.tree_rows > 0 runs W = 0 choices as draft trees (pool + suffix lookup + recycling):
+    the output stays greedy's; 0 keeps the classic slots (no suffix or recycled drafts)."""
+    session.calibrate(costs={1: 1.0, 4: 1.3, 8: 1.6, 16: 2.2, 32: 3.4, 64: 5.8})  # rows cost: W = 0 pays best
+    options = AutoLookahead(tree_rows=tree_rows)
+    for prompt in (REPETITIVE, MIXED):
+        ref = session.generate(prompt, max_new_tokens=80)
+        out = session.generate(prompt, max_new_tokens=80, lookahead=options)
+        assert out.token_ids == ref.token_ids
+        by_source = out.stats.accepted_tokens_by_source
+        assert len(out.stats.accept_histogram) == max(7, tree_rows + 2)
+        if tree_rows == 0:
+            assert by_source["suffix"] == by_source["recycle"] == 0
+    if tree_rows:
+        ran_tree = any(d.window_size == 0 and not d.greedy for d in out.stats.auto_decisions)
+        assert not ran_tree or sum(by_source.values()) > 0
 
 
 def test_switching_mid_generation_keeps_greedy_output(session: Session) -> None:

@@ -134,6 +134,9 @@ CASES = [
      dict(dtype="float32", max_new_tokens=24, W=3, N=3, G=2)),
     (["-W", "4", "-N", "4", "-G", "4", "--max-new-tokens", "40", "--dtype", "float64"],
      dict(dtype="float64", max_new_tokens=40, W=4, N=4, G=4)),
+    (["-W", "2", "-N", "4", "-G", "3", "-R", "12", "--suffix-branches", "2", "--recycle-top-k", "3",
+      "--max-new-tokens", "40", "--dtype", "float64"],
+     dict(dtype="float64", max_new_tokens=40, W=2, N=4, G=3, R=12, S=2, K=3)),
 ]
 
 
@@ -155,7 +158,7 @@ def _check_sampling_and_stream_stop(exe: Path, model_dir: Path) -> None:
 def _check_against_python(exe: Path, model_dir: Path, tmp_path: Path) -> None:
     ids_file = tmp_path / "prompt.txt"
     ids_file.write_text(" ".join(map(str, PROMPT[:6])) + "\n" + ",".join(map(str, PROMPT[6:])) + "\n")
-    for use_file, (flags, py) in zip([False, True], CASES):
+    for use_file, (flags, py) in zip([False, True, False], CASES):
         prompt_args = ["--ids-file", str(ids_file)] if use_file else ["--ids", ",".join(map(str, PROMPT))]
         out = _run_example(exe, [str(model_dir), *prompt_args, *flags, "--threads", "1"])
         assert _ids(out["prompt_ids"]) == PROMPT
@@ -163,6 +166,7 @@ def _check_against_python(exe: Path, model_dir: Path, tmp_path: Path) -> None:
         session = pylookahead.Session(model_dir, dtype=py["dtype"])
         config = pylookahead.LookaheadConfig()
         config.window_size, config.ngram_size, config.verification_set_size = py["W"], py["N"], py["G"]
+        config.tree_rows, config.suffix_branches, config.recycle_top_k = py.get("R", 0), py.get("S", 0), py.get("K", 0)
         greedy = session.generate(PROMPT, max_new_tokens=py["max_new_tokens"], lookahead=None)
         lookahead = session.generate(PROMPT, max_new_tokens=py["max_new_tokens"], lookahead=config)
 
@@ -171,8 +175,14 @@ def _check_against_python(exe: Path, model_dir: Path, tmp_path: Path) -> None:
         assert out["identical"] == ("yes" if greedy.token_ids == lookahead.token_ids else "no")
         for label, result in (("greedy", greedy), ("lookahead", lookahead)):
             assert out[f"{label}_stop_reason"] == result.stop_reason
+            if label == "lookahead" and config.tree_rows > 0:
+                # A draft tree sizes its steps by each session's measured step costs: the steps may
+                # differ between the two processes, the tokens may not.
+                assert sum(_ids(out["lookahead_accepted_by_source"])) > 0
+                continue
             assert int(out[f"{label}_steps"]) == result.stats.steps
             assert _ids(out[f"{label}_accept_histogram"]) == list(result.stats.accept_histogram)[1:]
+            assert _ids(out[f"{label}_accepted_by_source"]) == list(result.stats.accepted_tokens_by_source.values())
         assert greedy.token_ids == lookahead.token_ids  # the engine's contract, seen from C++
 
 

@@ -225,6 +225,41 @@ def test_pool_save_load_and_keep(tiny64, tmp_path: Path) -> None:
     assert cold.stats.steps == first.stats.steps
 
 
+def test_suffix_lookup_searches_kept_shared_and_loaded_texts(tiny64, tmp_path: Path) -> None:
+    """A draft tree's suffix lookup copies earlier generations' texts: kept (keep_pool), shared between
+    sessions, or saved and loaded with the pool. Rows are made free (a flat step-cost table), so every
+    step verifies its whole tree and step counts do not depend on timing."""
+    tree = LookaheadConfig(window_size=0, ngram_size=3, verification_set_size=0, tree_rows=16, suffix_branches=2)
+    free = [(1, 1.0), (1024, 1.0)]
+    prompt = [1, 5, 9, 14, 3, 27]  # nothing in it repeats
+    session = Session(tiny64)
+    session.calibrate(free)
+    greedy = session.generate(prompt, 60)
+    first = session.generate(prompt, 60, tree)
+    again = session.generate(prompt, 60, tree, keep_pool=True)
+    assert first.token_ids == again.token_ids == greedy.token_ids
+    assert again.stats.steps * 3 < first.stats.steps, (again.stats.steps, first.stats.steps)
+    assert again.stats.accepted_tokens_by_source["suffix"] > first.stats.accepted_tokens_by_source["suffix"]
+    # A fresh pool forgets the texts.
+    assert session.generate(prompt, 60, tree).stats.steps == first.stats.steps
+
+    session.generate(prompt, 60, tree)
+    session.save_pool(tmp_path / "pool.bin")
+    loaded = Session(tiny64)
+    loaded.calibrate(free)
+    loaded.load_pool(tmp_path / "pool.bin")
+    warm = loaded.generate(prompt, 60, tree, keep_pool=True)
+    assert warm.token_ids == greedy.token_ids
+    assert warm.stats.steps == again.stats.steps
+
+    other = Session(tiny64)
+    other.calibrate(free)
+    other.share_pool(session)
+    shared = other.generate(prompt, 60, tree, keep_pool=True)
+    assert shared.token_ids == greedy.token_ids
+    assert shared.stats.steps == again.stats.steps
+
+
 def test_pool_file_errors_name_the_file_and_field(tiny64, tiny_model_factory, tmp_path: Path) -> None:
     session = Session(tiny64)
     session.generate(repetitive_prompt(1), 8, la(2, 3, 2))

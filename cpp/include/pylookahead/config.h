@@ -82,6 +82,11 @@ struct AutoLookahead {
                                   // doubles after each failed probe, up to 16x (>= 1)
     int probe_steps = 24;         // lookahead steps a fresh config runs before it is judged (>= 1)
     uint64_t seed = 0;            // seeds the random initial window of each lookahead config
+    // Verification-only choices (W = 0, N, G) run as a draft tree of at most this many rows: the
+    // pool's G n-grams of N plus suffix lookup (4 branches) and token recycling (top 8), each step
+    // sized by the step costs (LookaheadConfig::tree_rows). 0 = the classic G slots. Capped at
+    // the tokens per step allowed minus 1 (0 .. 512).
+    int tree_rows = 32;
 
     // Throws ConfigError unless the ranges above hold.
     void validate() const;

@@ -76,6 +76,7 @@ void AutoLookahead::validate() const {
     check_range("max_tokens_per_step", max_tokens_per_step, 0, kMaxTokensPerStep);
     check_range("probe_after", probe_after, 1, 1 << 20);
     check_range("probe_steps", probe_steps, 1, 1 << 20);
+    check_range("tree_rows", tree_rows, 0, kMaxTreeRows);
 }
 
 void GenerationConfig::validate() const {

@@ -77,47 +77,186 @@ class Emitter {
     bool stopped_ = false;
 };
 
-}  // namespace
+using OnTokens = std::function<StreamControl(const std::vector<TokenId>&)>;
 
-GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
-                            const std::function<StreamControl(const std::vector<TokenId>&)>& on_tokens) {
-    validate_request(request);
-    StepPolicy* const policy = request.policy;
-    PYLA_CHECK(!(policy && request.lookahead), "both a lookahead config and an automatic policy");
-    const std::function<double()> now = request.clock ? request.clock : steady_seconds;
-    std::optional<LookaheadAlgorithm> algo;
-    std::optional<LookaheadConfig> running;  // config of `algo` (nullopt: greedy steps)
-    if (request.lookahead) {
-        running = request.lookahead;
-        algo.emplace(*request.lookahead, request.pool, model.prefers_fixed_shapes());
+// One run_decode call: prefill, then steps (plan -> forward -> verify -> emit -> commit) until a
+// stop, then the statistics. Not reusable: one object per call.
+class DecodeRun {
+  public:
+    DecodeRun(StepModel& model, const DecodeRequest& request, const OnTokens& on_tokens)
+        : model_(model),
+          request_(request),
+          on_tokens_(on_tokens),
+          policy_(request.policy),
+          now_(request.clock ? request.clock : steady_seconds),
+          emitter_(request, &result_),
+          keep_pool_(request.keep_pool) {
+        PYLA_CHECK(!(policy_ && request.lookahead), "both a lookahead config and an automatic policy");
+        if (request.sampling.temperature > 0.0) sampler_.emplace(request.sampling);
     }
-    std::optional<TokenSampler> sampler_storage;
-    if (request.sampling.temperature > 0.0) sampler_storage.emplace(request.sampling);
-    TokenSampler* const sampler = sampler_storage ? &*sampler_storage : nullptr;
-    bool keep_pool = request.keep_pool;  // the first lookahead run's; later runs keep it
-    const int tokens_per_step = policy ? std::max(1, policy->max_tokens_per_step())
-                                       : (algo ? algo->budget().tokens_per_step : 1);
-    const int64_t prompt_len = static_cast<int64_t>(request.prompt.size());
-    const int64_t needed = prompt_len + request.max_new_tokens + tokens_per_step;
-    if (needed > model.kv_capacity()) {
-        throw ConfigError("prompt (" + std::to_string(prompt_len) + " tokens) + max_new_tokens (" +
-                          std::to_string(request.max_new_tokens) + ") + tokens per step (" +
-                          std::to_string(tokens_per_step) + ") = " + std::to_string(needed) +
-                          " must be <= kv_capacity (" + std::to_string(model.kv_capacity()) + ")");
+    ~DecodeRun() {
+        if (successors_k_ > 0) model_.set_successors(0);
     }
 
-    GenerationResult result;
-    GenerationStats& stats = result.stats;
-    const int max_n = policy ? policy->max_ngram_size() : (algo ? algo->budget().max_accept : 1);
-    stats.accept_histogram.assign(max_n + 1, 0);
-    Emitter emitter(request, &result);
-    std::vector<TokenId> argmax;
-    // Emits a step's tokens, reports them, and returns how many were kept.
-    auto finish_step = [&](const std::vector<TokenId>& tokens) {
-        int kept = emitter.emit(tokens);
-        if (on_tokens) {
-            const std::vector<TokenId> chunk(result.tokens.end() - kept, result.tokens.end());
-            const StreamControl control = on_tokens(chunk);
+    GenerationResult run() {
+        check_capacity();
+        GenerationStats& stats = result_.stats;
+        const int max_n = policy_ ? policy_->max_step_tokens()  // most tokens one step emits
+                                  : (request_.lookahead ? request_.lookahead->max_step_tokens() : 1);
+        stats.accept_histogram.assign(max_n + 1, 0);
+        TokenId x = prefill();
+        if (request_.lookahead && !emitter_.stopped()) {
+            start_lookahead(*request_.lookahead, request_.prompt, x);
+        }
+        const double decode_start = now_();
+        while (!emitter_.stopped()) {
+            const double step_start = now_();
+            if (policy_) follow_policy(x);
+            const int32_t p = static_cast<int32_t>(request_.prompt.size() + result_.tokens.size() - 1);
+            PYLA_CHECK(model_.kv_len() == p, "kv_len " << model_.kv_len() << " != position " << p);
+            StepReport report;
+            report.step = stats.steps;
+            const int kept = algo_ ? lookahead_step(x, p, &report) : greedy_step(x, p);
+            if (!result_.tokens.empty()) x = result_.tokens.back();
+            ++stats.steps;
+            ++stats.accept_histogram[kept];
+            const double step_s = now_() - step_start;
+            stats.step_times_s.push_back(step_s);
+            if (policy_) {
+                report.seconds = step_s;
+                report.tokens = kept;
+                policy_->after_step(report);
+            }
+        }
+        stats.decode_s = now_() - decode_start;
+        finish();
+        return std::move(result_);
+    }
+
+  private:
+    TokenSampler* sampler() { return sampler_ ? &*sampler_ : nullptr; }
+
+    // The prompt, max_new_tokens and the widest step must fit the cache.
+    void check_capacity() {
+        tokens_per_step_ = policy_ ? std::max(1, policy_->max_tokens_per_step())
+                                   : (request_.lookahead ? request_.lookahead->tokens_per_step() : 1);
+        const int64_t prompt_len = static_cast<int64_t>(request_.prompt.size());
+        const int64_t needed = prompt_len + request_.max_new_tokens + tokens_per_step_;
+        if (needed > model_.kv_capacity()) {
+            throw ConfigError("prompt (" + std::to_string(prompt_len) + " tokens) + max_new_tokens (" +
+                              std::to_string(request_.max_new_tokens) + ") + tokens per step (" +
+                              std::to_string(tokens_per_step_) + ") = " + std::to_string(needed) +
+                              " must be <= kv_capacity (" + std::to_string(model_.kv_capacity()) + ")");
+        }
+    }
+
+    // The prompt after the reused rows, causal; its last row gives the first new token.
+    TokenId prefill() {
+        GenerationStats& stats = result_.stats;
+        const int reused = request_.reuse_rows;
+        PYLA_CHECK(reused <= model_.kv_len(), "reuse_rows " << reused << " > kv_len " << model_.kv_len());
+        model_.truncate(reused);
+        const int64_t prompt_len = static_cast<int64_t>(request_.prompt.size());
+        stats.reused_tokens = reused;
+        stats.prompt_tokens = prompt_len - reused;
+        if (policy_) policy_->start(request_.prompt);
+        const double start = now_();
+        const int64_t fresh = prompt_len - reused;
+        std::vector<int32_t> rows(fresh);
+        positions_.resize(fresh);
+        for (int64_t i = 0; i < fresh; ++i) {
+            positions_[i] = static_cast<int32_t>(reused + i);
+            rows[i] = static_cast<int32_t>(i);
+        }
+        const std::vector<TokenId> tokens(request_.prompt.begin() + reused, request_.prompt.end());
+        model_.forward_step(tokens, positions_, nullptr, {static_cast<int32_t>(fresh - 1)},
+                            /*exact_rows=*/{}, &argmax_, sampler());
+        model_.commit(rows);
+        stats.prefill_s = now_() - start;
+        PYLA_CHECK(argmax_.size() == 1, "prefill returned " << argmax_.size() << " argmax rows");
+        const TokenId x = argmax_[0];
+        emit({x});
+        return x;
+    }
+
+    // A lookahead run of `config` from `history` (the text before x).
+    void start_lookahead(const LookaheadConfig& config, const std::vector<TokenId>& history, TokenId x) {
+        running_ = config;
+        const bool fixed = model_.prefers_fixed_shapes();
+        algo_.emplace(config, request_.pool, fixed);
+        if (!fixed) algo_->set_step_costs(request_.step_costs);
+        algo_->start(history, x, keep_pool_);
+        keep_pool_ = true;  // later runs keep what this one learned
+        ran_lookahead_ = true;
+        // Token recycling reads the k best tokens of every out row; the model keeps them only
+        // while this generation runs (the destructor turns them off).
+        const int want = algo_->successors_wanted();
+        if (want != successors_k_) successors_k_ = model_.set_successors(want);
+    }
+
+    // Auto mode: asks the policy for this step's config; a change restarts lookahead from the
+    // whole history (its pool seeded with every n-gram of prompt + emitted text).
+    void follow_policy(TokenId x) {
+        std::optional<LookaheadConfig> want = policy_->next_step(result_.stats.steps);
+        if (want) want->validate();
+        if (same_config(want, running_) && (!want || algo_)) return;
+        running_ = want;
+        algo_.reset();
+        if (!want) return;
+        PYLA_CHECK(want->tokens_per_step() <= tokens_per_step_,
+                   "policy asked for " << want->tokens_per_step()
+                                       << " tokens per step, above its maximum " << tokens_per_step_);
+        history_.assign(request_.prompt.begin(), request_.prompt.end());
+        history_.insert(history_.end(), result_.tokens.begin(), result_.tokens.end() - 1);
+        start_lookahead(*want, history_, x);
+    }
+
+    int lookahead_step(TokenId x, int32_t p, StepReport* report) {
+        GenerationStats& stats = result_.stats;
+        const StepPlan& plan = algo_->prepare(x);
+        const int t = plan.rows();
+        positions_.resize(t);
+        for (int i = 0; i < t; ++i) positions_[i] = p + plan.offsets[i];
+        model_.forward_step(plan.tokens, positions_, plan.mask.data(), plan.out_rows,
+                            plan.exact_rows, &argmax_, sampler());
+        const StepOutcome outcome =
+            algo_->update(argmax_, successors_k_ > 0 ? &model_.successors() : nullptr, successors_k_);
+        const int kept = emit(outcome.emitted);
+        model_.commit(std::vector<int32_t>(outcome.commit_rows.begin(),
+                                           outcome.commit_rows.begin() + kept));
+        // Credit only the kept tokens' sources (a stop may cut an accepted path).
+        for (int i = 0; i < std::min(kept, outcome.num_accepted); ++i) {
+            const TreeNode& v = plan.nodes[outcome.commit_rows[i + 1] - plan.tree_begin];
+            ++stats.accepted_tokens_by_source[static_cast<size_t>(v.source)];
+        }
+        if (outcome.num_accepted > 0) {
+            const DraftSource first = plan.nodes[outcome.commit_rows[1] - plan.tree_begin].source;
+            if (first == DraftSource::kWindow) ++stats.accepted_from_window;
+            if (first == DraftSource::kHistory) ++stats.accepted_from_prompt;
+        }
+        ++stats.lookahead_steps;
+        report->tokens_per_step = t;
+        report->num_candidates = outcome.num_candidates;
+        report->window_candidates = outcome.window_candidates;
+        report->window_matched = outcome.window_matched;
+        return kept;
+    }
+
+    int greedy_step(TokenId x, int32_t p) {
+        model_.forward_step({x}, {p}, nullptr, {0}, /*exact_rows=*/{0}, &argmax_, sampler());
+        PYLA_CHECK(argmax_.size() == 1, "greedy step returned " << argmax_.size() << " rows");
+        const int kept = emit({argmax_[0]});
+        model_.commit(kept > 0 ? std::vector<int32_t>{0} : std::vector<int32_t>{});
+        return kept;
+    }
+
+    // Emits a step's tokens, reports them to on_tokens and the policy; returns how many were kept.
+    int emit(const std::vector<TokenId>& tokens) {
+        std::vector<TokenId>& out = result_.tokens;
+        int kept = emitter_.emit(tokens);
+        if (on_tokens_) {
+            const std::vector<TokenId> chunk(out.end() - kept, out.end());
+            const StreamControl control = on_tokens_(chunk);
             if (control.stop) {
                 if (control.keep < -1 || control.keep > kept) {
                     throw ConfigError("on_tokens: keep must be in [0, " + std::to_string(kept) +
@@ -125,148 +264,57 @@ GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                                       std::to_string(control.keep) + ")");
                 }
                 if (control.keep >= 0 && control.keep < kept) {
-                    result.tokens.resize(result.tokens.size() - (kept - control.keep));
+                    out.resize(out.size() - (kept - control.keep));
                     kept = control.keep;
-                    emitter.stop(StopReason::kCallback);
-                } else if (!emitter.stopped()) {
-                    emitter.stop(StopReason::kCallback);
+                    emitter_.stop(StopReason::kCallback);
+                } else if (!emitter_.stopped()) {
+                    emitter_.stop(StopReason::kCallback);
                 }
             }
         }
-        if (policy) policy->on_emitted(result.tokens.data() + result.tokens.size() - kept, kept);
+        if (policy_) policy_->on_emitted(out.data() + out.size() - kept, kept);
         return kept;
-    };
-
-    // Prefill: the prompt after the reused rows, causal; its last row gives the first new token.
-    const int reused = request.reuse_rows;
-    PYLA_CHECK(reused <= model.kv_len(), "reuse_rows " << reused << " > kv_len " << model.kv_len());
-    model.truncate(reused);
-    stats.reused_tokens = reused;
-    stats.prompt_tokens = prompt_len - reused;
-    if (policy) policy->start(request.prompt);
-    const double prefill_start = now();
-    const int64_t fresh = prompt_len - reused;
-    std::vector<int32_t> positions(fresh), rows(fresh);
-    for (int64_t i = 0; i < fresh; ++i) {
-        positions[i] = static_cast<int32_t>(reused + i);
-        rows[i] = static_cast<int32_t>(i);
-    }
-    const std::vector<TokenId> fresh_tokens(request.prompt.begin() + reused, request.prompt.end());
-    model.forward_step(fresh_tokens, positions, nullptr, {static_cast<int32_t>(fresh - 1)},
-                       /*exact_rows=*/{}, &argmax, sampler);
-    model.commit(rows);
-    stats.prefill_s = now() - prefill_start;
-    PYLA_CHECK(argmax.size() == 1, "prefill returned " << argmax.size() << " argmax rows");
-    TokenId x = argmax[0];
-    finish_step({x});
-    bool ran_lookahead = false;  // whether a lookahead run used request.pool
-    if (algo && !emitter.stopped()) {
-        algo->start(request.prompt, x, keep_pool);
-        keep_pool = true;
-        ran_lookahead = true;
     }
 
-    // Token recycling reads the k best tokens of every out row; the model keeps them only while
-    // this generation runs.
-    const int successors_k =
-        algo && algo->successors_wanted() > 0 ? model.set_successors(algo->successors_wanted()) : 0;
-    struct StopSuccessors {
-        StepModel& model;
-        bool on;
-        ~StopSuccessors() {
-            if (on) model.set_successors(0);
+    void finish() {
+        GenerationStats& stats = result_.stats;
+        stats.new_tokens = static_cast<int64_t>(result_.tokens.size());
+        if (algo_) stats.pool_size = algo_->pool_size();
+        if (ran_lookahead_ && request_.pool) {
+            // The text that the pool's n-grams came from, for a later run with a larger N (and
+            // for suffix lookup in later runs that keep the pool).
+            std::vector<TokenId> text = request_.prompt;
+            text.insert(text.end(), result_.tokens.begin(), result_.tokens.end());
+            std::lock_guard<std::mutex> lock(request_.pool->mutex);
+            request_.pool->add_text(std::move(text));
         }
-    } stop_successors{model, successors_k > 0};
+        if (policy_) stats.auto_decisions = policy_->decisions();
+    }
 
-    const double decode_start = now();
-    std::vector<TokenId> history;  // auto mode: prompt + emitted tokens but the last, on a switch
-    while (!emitter.stopped()) {
-        const double step_start = now();
-        if (policy) {
-            std::optional<LookaheadConfig> want = policy->next_step(stats.steps);
-            if (want) want->validate();
-            if (!same_config(want, running) || (want && !algo)) {
-                // A new lookahead run starts from the whole history: its pool is seeded with
-                // every n-gram of prompt + emitted text, its window drawn from it.
-                running = want;
-                algo.reset();
-                if (running) {
-                    PYLA_CHECK(running->tokens_per_step() <= tokens_per_step,
-                               "policy asked for " << running->tokens_per_step()
-                                                   << " tokens per step, above its maximum "
-                                                   << tokens_per_step);
-                    algo.emplace(*running, request.pool, model.prefers_fixed_shapes());
-                    history.assign(request.prompt.begin(), request.prompt.end());
-                    history.insert(history.end(), result.tokens.begin(), result.tokens.end() - 1);
-                    algo->start(history, x, keep_pool);
-                    keep_pool = true;
-                    ran_lookahead = true;
-                }
-            }
-        }
-        const int32_t p = static_cast<int32_t>(prompt_len + result.tokens.size() - 1);  // of x
-        PYLA_CHECK(model.kv_len() == p, "kv_len " << model.kv_len() << " != position " << p);
-        int kept = 0;
-        StepReport report;
-        report.step = stats.steps;
-        if (algo) {
-            // plan -> forward -> verify -> commit; emitting happens in between.
-            const StepPlan& plan = algo->prepare(x);
-            const int t = plan.rows();
-            positions.resize(t);
-            for (int i = 0; i < t; ++i) positions[i] = p + plan.offsets[i];
-            model.forward_step(plan.tokens, positions, plan.mask.data(), plan.out_rows,
-                               plan.exact_rows, &argmax, sampler);
-            const StepOutcome outcome =
-                algo->update(argmax, successors_k > 0 ? &model.successors() : nullptr, successors_k);
-            kept = finish_step(outcome.emitted);
-            model.commit(std::vector<int32_t>(outcome.commit_rows.begin(),
-                                              outcome.commit_rows.begin() + kept));
-            // Credit only the kept tokens' sources (a stop may cut an accepted path).
-            const int kept_drafts = std::min(kept, outcome.num_accepted);
-            for (int i = 0; i < kept_drafts; ++i) {
-                const int row = outcome.commit_rows[i + 1] - plan.tree_begin;
-                ++stats.accepted_tokens_by_source[static_cast<size_t>(plan.nodes[row].source)];
-            }
-            if (outcome.num_accepted > 0) {
-                const DraftSource first = plan.nodes[outcome.commit_rows[1] - plan.tree_begin].source;
-                if (first == DraftSource::kWindow) ++stats.accepted_from_window;
-                if (first == DraftSource::kHistory) ++stats.accepted_from_prompt;
-            }
-            ++stats.lookahead_steps;
-            report.tokens_per_step = t;
-            report.num_candidates = outcome.num_candidates;
-            report.window_candidates = outcome.window_candidates;
-            report.window_matched = outcome.window_matched;
-        } else {
-            model.forward_step({x}, {p}, nullptr, {0}, /*exact_rows=*/{0}, &argmax, sampler);
-            PYLA_CHECK(argmax.size() == 1, "greedy step returned " << argmax.size() << " rows");
-            kept = finish_step({argmax[0]});
-            model.commit(kept > 0 ? std::vector<int32_t>{0} : std::vector<int32_t>{});
-        }
-        x = result.tokens.empty() ? x : result.tokens.back();
-        ++stats.steps;
-        ++stats.accept_histogram[kept];
-        const double step_s = now() - step_start;
-        stats.step_times_s.push_back(step_s);
-        if (policy) {
-            report.seconds = step_s;
-            report.tokens = kept;
-            policy->after_step(report);
-        }
-    }
-    stats.decode_s = now() - decode_start;
-    stats.new_tokens = static_cast<int64_t>(result.tokens.size());
-    if (algo) stats.pool_size = algo->pool_size();
-    if (ran_lookahead && request.pool) {
-        // The text that the pool's n-grams came from, for a later run with a larger N.
-        std::vector<TokenId> text = request.prompt;
-        text.insert(text.end(), result.tokens.begin(), result.tokens.end());
-        std::lock_guard<std::mutex> lock(request.pool->mutex);
-        request.pool->add_text(std::move(text));
-    }
-    if (policy) stats.auto_decisions = policy->decisions();
-    return result;
+    StepModel& model_;
+    const DecodeRequest& request_;
+    const OnTokens& on_tokens_;
+    StepPolicy* const policy_;
+    const std::function<double()> now_;
+    GenerationResult result_;
+    Emitter emitter_;
+    std::optional<TokenSampler> sampler_;
+    std::optional<LookaheadAlgorithm> algo_;
+    std::optional<LookaheadConfig> running_;  // config of algo_ (nullopt: greedy steps)
+    bool keep_pool_;                          // whether the next lookahead run keeps the pool
+    bool ran_lookahead_ = false;              // whether a lookahead run used request.pool
+    int tokens_per_step_ = 1;                 // the widest step allowed
+    int successors_k_ = 0;                    // what the model provides (token recycling)
+    std::vector<TokenId> argmax_;
+    std::vector<int32_t> positions_;
+    std::vector<TokenId> history_;            // auto: prompt + emitted but the last, on a switch
+};
+
+}  // namespace
+
+GenerationResult run_decode(StepModel& model, const DecodeRequest& request, const OnTokens& on_tokens) {
+    validate_request(request);
+    return DecodeRun(model, request, on_tokens).run();
 }
 
 std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOptions& options) {

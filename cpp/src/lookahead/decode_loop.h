@@ -8,7 +8,7 @@
 #include <optional>
 #include <vector>
 
-#include "lookahead/auto_planner.h"
+#include "lookahead/auto/controller.h"
 #include "lookahead/ngram_pool.h"
 #include "lookahead/sampler.h"
 #include "pylookahead/config.h"
@@ -93,6 +93,9 @@ struct DecodeRequest {
     // Automatic mode (lookahead must be nullopt): asked for the configuration of every step;
     // not owned. The prompt + max_new_tokens + policy->max_tokens_per_step() must fit the cache.
     StepPolicy* policy = nullptr;
+    // Seconds per step by tokens (not owned; null = none): a draft tree (LookaheadConfig::
+    // tree_rows) then keeps only the nodes whose expected tokens pay for their rows.
+    const StepCostModel* step_costs = nullptr;
     // Monotonic seconds for the step timings; empty = std::chrono::steady_clock. Tests pass a
     // simulated clock.
     std::function<double()> clock;

@@ -113,6 +113,20 @@ void LookaheadAlgorithm::prepare_tree(TokenId x, std::vector<TreeNode>* nodes) {
     if (pool_drafter_) pool_drafter_->propose(ctx, &tree_);
     if (recycle_) recycle_->propose(ctx, &tree_);
     tree_.select(config_.tree_rows, nodes);
+    if (costs_ == nullptr || !costs_->has_table() || nodes->empty()) return;
+    // select() takes nodes best-first with parents first, so every prefix is a tree.
+    double expected = 1.0;
+    double best_rate = expected / costs_->seconds(budget_.verify_begin);
+    size_t best_n = 0;
+    for (size_t n = 1; n <= nodes->size(); ++n) {
+        expected += (*nodes)[n - 1].score;
+        const double rate = expected / costs_->seconds(budget_.verify_begin + static_cast<int>(n));
+        if (rate > best_rate) {
+            best_rate = rate;
+            best_n = n;
+        }
+    }
+    nodes->resize(best_n);
 }
 
 const StepPlan& LookaheadAlgorithm::prepare(TokenId x) {

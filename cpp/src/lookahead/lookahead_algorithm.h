@@ -29,6 +29,7 @@
 #include <optional>
 #include <vector>
 
+#include "lookahead/auto/step_cost_model.h"
 #include "lookahead/draft_scorer.h"
 #include "lookahead/jacobi_window.h"
 #include "lookahead/ngram_pool.h"
@@ -76,6 +77,10 @@ class LookaheadAlgorithm {
     // k of token recycling (0 = off): the decode loop asks the model for that many successors
     // per out row (StepModel::set_successors) and passes them to update().
     int successors_wanted() const { return config_.recycle_top_k; }
+    // Seconds per step by rows (not owned; null = none). With it a tree step keeps only the n
+    // best nodes (n <= R) that maximize expected tokens per second, (1 + sum of their scores) /
+    // seconds(window rows + n): on a CPU, where rows cost, fewer than R; on a GPU, R.
+    void set_step_costs(const StepCostModel* costs) { costs_ = costs; }
 
     // Clears the pool (keep_pool: keeps its n-grams instead, reshaped to this config's N and G
     // when they differ), fills the window from `prompt` and, with seed_from_prompt, puts every
@@ -121,6 +126,7 @@ class LookaheadAlgorithm {
     std::optional<SuffixDrafter> suffix_;
     std::optional<RecycleDrafter> recycle_;
     std::vector<TokenId> row_tokens_, row_successors_;  // update() scratch for on_step
+    const StepCostModel* costs_ = nullptr;
 };
 
 }  // namespace pylookahead

@@ -9,6 +9,19 @@
 // path. With the classic layout (LookaheadConfig::tree_rows = 0) the tree is G separate chains of
 // N-1 tokens and the plan of a step with all G candidates equals build_step_layout's.
 // A padding row holds x at position p + 1 and sees x and itself; its outputs are never read.
+//
+// W = 0, R = 6, fixed shapes: x, then the trie {a -> (b, c -> e), d} and one padding row. Every
+// tree row's argmax is read (`out`); it predicts the token after its node.
+//
+//                keys: x  a  b  c  d  e  pad
+//   row query pos out
+//    0   x     p   *   1  .  .  .  .  .  .
+//    1   a     p+1 *   1  1  .  .  .  .  .
+//    2   b     p+2 *   1  1  1  .  .  .  .
+//    3   c     p+2 *   1  1  .  1  .  .  .
+//    4   d     p+1 *   1  .  .  .  1  .  .
+//    5   e     p+3 *   1  1  .  1  .  1  .
+//    6   pad   p+1 *   1  .  .  .  .  .  1
 #pragma once
 
 #include <cstdint>

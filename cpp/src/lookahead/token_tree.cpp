@@ -69,6 +69,7 @@ void TokenTree::select(int budget, std::vector<TreeNode>* out) const {
         const TreeNode& node = nodes_[i].node;
         TreeNode copy = node;
         copy.parent = node.parent == kRoot ? -1 : renumber_[node.parent];
+        copy.score = nodes_[i].score;
         renumber_[i] = static_cast<int32_t>(out->size());
         out->push_back(copy);
         push_children(nodes_[i].first_child);

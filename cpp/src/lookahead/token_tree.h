@@ -39,6 +39,7 @@ struct TreeNode {
     int32_t depth = 1;    // 1 for a child of the root
     DraftSource source = DraftSource::kHistory;  // of the best-scoring proposal
     int32_t rank = 0;     // that proposal's rank among its source's proposals at the parent
+    double score = 0.0;   // estimated P(accepted) (TokenTree::add's best score)
 };
 
 // A trie of candidate tokens under the root, rebuilt every step. Not thread-safe.

@@ -137,15 +137,6 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
     at::Tensor logits = model_.forward(in.tokens, in.positions, full_mask, kv_, kv_len_,
                                        in.out_rows, row_invariant, mask);
     pending_rows_ = static_cast<int>(t);
-    if (successors_k_ > 0 && row_invariant) {
-        const int64_t k = std::min<int64_t>(successors_k_, logits.size(-1));
-        at::Tensor top = std::get<1>(logits.to(at::kFloat).topk(k, -1)).to(at::kInt).cpu().contiguous();
-        successors_.assign(out_rows.size() * successors_k_, -1);
-        const int32_t* d = top.data_ptr<int32_t>();
-        for (size_t r = 0; r < out_rows.size(); ++r) {
-            std::copy_n(d + r * k, k, successors_.begin() + r * successors_k_);
-        }
-    }
     if (sampler != nullptr) {
         // Sampling draws on the host from the R rows' fp32 logits (R x V floats to copy on a GPU).
         at::Tensor host = logits.to(at::kFloat).cpu().contiguous();
@@ -156,12 +147,48 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
             (*argmax)[r] = sampler->sample(data + r * static_cast<size_t>(vocab), vocab,
                                            static_cast<int64_t>(positions[out_rows[r]]) + 1);
         }
+        if (successors_k_ > 0 && row_invariant) {
+            std::vector<TokenId> unused;  // the sampled tokens stand; only the successors are kept
+            top_k_rows(host, static_cast<int>(out_rows.size()), &unused);
+        }
         return;
     }
-    // The only device-to-host copy of the step: R int32 ids. argmax over fp32 (ties still go to
-    // the first index) is several times faster on CPU than over bf16.
-    at::Tensor ids = logits.to(at::kFloat).argmax(-1).to(at::kInt).cpu().contiguous();
+    // argmax over fp32 (ties still go to the first index) is several times faster on CPU than
+    // over bf16.
+    at::Tensor scores = logits.to(at::kFloat);
+    if (successors_k_ > 0 && row_invariant) {
+        top_k_rows(scores, static_cast<int>(out_rows.size()), argmax);
+        return;
+    }
+    // The only device-to-host copy of the step: R int32 ids.
+    at::Tensor ids = scores.argmax(-1).to(at::kInt).cpu().contiguous();
     argmax->assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+}
+
+void TorchStepModel::top_k_rows(const at::Tensor& scores, int rows, std::vector<TokenId>* argmax) {
+    const int64_t k = std::min<int64_t>(successors_k_, scores.size(-1));
+    auto [values, indices] = scores.topk(k, -1);
+    const at::Tensor v = values.cpu().contiguous();
+    const at::Tensor ids = indices.to(at::kInt).cpu().contiguous();
+    const float* vd = v.data_ptr<float>();
+    const int32_t* id = ids.data_ptr<int32_t>();
+    successors_.assign(static_cast<size_t>(rows) * successors_k_, -1);
+    argmax->resize(rows);
+    for (int r = 0; r < rows; ++r) {
+        const float* rv = vd + r * k;
+        const int32_t* ri = id + r * k;
+        std::copy_n(ri, k, successors_.begin() + static_cast<size_t>(r) * successors_k_);
+        // The exact argmax (first index of the maximum) from the top k: every entry equal to the
+        // maximum is among them when the k-th value is smaller; else (a k-way tie, or NaN) the
+        // row's own argmax decides.
+        if (k >= 2 && rv[k - 1] < rv[0]) {
+            int32_t best = ri[0];
+            for (int64_t j = 1; j < k && rv[j] == rv[0]; ++j) best = std::min(best, ri[j]);
+            (*argmax)[r] = best;
+        } else {
+            (*argmax)[r] = static_cast<TokenId>(scores[r].argmax().item<int64_t>());
+        }
+    }
 }
 
 void TorchStepModel::truncate(int rows) {

@@ -51,6 +51,9 @@ class TorchStepModel : public StepModel {
                   const uint8_t* mask, const std::vector<int32_t>& out_rows,
                   const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
                   TokenSampler* sampler);
+    // Successors (set_successors): the top k of each row of scores ([R, V] fp32), and from them
+    // the exact argmax of each row, without a second pass over the vocabulary.
+    void top_k_rows(const at::Tensor& scores, int rows, std::vector<TokenId>* argmax);
     // Stages a step's (or a prefill's) ids, positions and out rows in the preallocated input
     // buffers (grown only for a longer one, e.g. a long prompt) and returns device views.
     struct StepInputs {
