@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, Union
+from typing import Any, AsyncIterator, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, Union
 
 from . import _core
 from .textstream import TextStream
@@ -20,7 +22,7 @@ Message = Mapping[str, str]
 # Keyword options of generate / stream / chat beyond the positional ones.
 _OPTIONS = frozenset(
     {"stop", "include_stop", "temperature", "top_k", "top_p", "seed", "reuse_cache", "keep_pool",
-     "skip_special_tokens"}
+     "skip_special_tokens", "timeout_s"}
 )  # fmt: skip
 
 
@@ -33,7 +35,9 @@ class GenerationOutput:
     # token is right), cut before a stop string; "" when the checkpoint has no tokenizer.json.
     text: str
     stats: _core.GenerationStats  # steps, new_tokens, prefill_s, decode_s, accept_histogram, ...
-    stop_reason: str  # "end_token", "max_new_tokens", "stop_string" or "callback"
+    # "end_token", "max_new_tokens", "stop_string", "callback" (on_tokens, or a stream left early) or
+    # "timeout" (the call's timeout_s passed: it stopped after the step in progress)
+    stop_reason: str
     stop_string: str | None = None  # the stop string that matched, if any
 
 
@@ -78,6 +82,7 @@ class _Run(NamedTuple):
     config: _core.GenerationConfig
     lookahead: Lookahead
     text: TextStream | None
+    timeout_s: float | None  # deadline of the call, from when it starts running
 
 
 class Model:
@@ -201,7 +206,9 @@ class Session:
         string itself is left out of `.text` unless `include_stop=True`). `reuse_cache=True` reuses
         the cached K/V rows of the prefix this prompt shares with the session's last sequence;
         `keep_pool=True` keeps the n-gram pool of earlier calls. `on_tokens(ids)` is called after
-        each step; returning False stops. Other options: `skip_special_tokens` (for `.text`).
+        each step; returning False stops. `timeout_s` stops after the step in progress once that
+        many seconds have passed (`stop_reason == "timeout"`). Other options:
+        `skip_special_tokens` (for `.text`).
         """
         with self._exclusive():
             run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
@@ -253,6 +260,126 @@ class Session:
             self._messages = conversation + [{"role": "assistant", "content": out.text}]
 
         return self._stream(run, record)
+
+    # ---- asyncio ----------------------------------------------------------------------------
+
+    async def agenerate(
+        self,
+        prompt: Prompt,
+        max_new_tokens: int = 128,
+        lookahead: Lookahead = None,
+        stop_token_ids: Sequence[int] = (),
+        on_tokens: Callable[[list[int]], bool | None] | None = None,
+        **options: Any,
+    ) -> GenerationOutput:
+        """`generate` for asyncio: the engine runs on a worker thread, the event loop stays free.
+
+        Cancelling the awaiting task stops generation after the step in progress; the task then
+        raises `CancelledError` once the engine has stopped, and the session is usable again.
+        `timeout_s` stops after the step in progress (`stop_reason == "timeout"`). `on_tokens`,
+        if given, is called on the worker thread.
+        """
+        with self._exclusive():
+            run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
+        self._acquire()
+        cancelled = threading.Event()
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[GenerationOutput] = loop.create_future()
+
+        def settle(result: GenerationOutput | None, error: BaseException | None) -> None:
+            if done.cancelled():
+                return
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(result)  # type: ignore[arg-type]
+
+        def work() -> None:
+            # The session is free again before the awaiting task hears of the end.
+            try:
+                out = self._run(run, on_tokens=on_tokens, cancelled=cancelled)
+            except BaseException as e:  # handed to the awaiting task
+                self._busy.release()
+                loop.call_soon_threadsafe(settle, None, e)
+            else:
+                self._busy.release()
+                loop.call_soon_threadsafe(settle, out, None)
+
+        worker = threading.Thread(target=work, name="pylookahead-agenerate", daemon=True)
+        try:
+            worker.start()
+        except BaseException:
+            self._busy.release()
+            raise
+        try:
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:
+            cancelled.set()  # the engine stops after the step in progress
+            done.cancel()  # its result (or error) is dropped: the caller asked to cancel
+            await loop.run_in_executor(None, worker.join)
+            raise
+
+    async def astream(
+        self,
+        prompt: Prompt,
+        max_new_tokens: int = 128,
+        lookahead: Lookahead = None,
+        stop_token_ids: Sequence[int] = (),
+        **options: Any,
+    ) -> AsyncIterator[StreamChunk]:
+        """`stream` for asyncio: `async for chunk in session.astream(...)`. Leaving the loop (break,
+        `aclose()`, or cancelling the consuming task) stops generation after the step in progress
+        and leaves the session usable; the finished output is then `last_output`. `timeout_s` as
+        for `agenerate`.
+        """
+        with self._exclusive():
+            run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
+        self._acquire()
+        loop = asyncio.get_running_loop()
+        chunks: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        cancelled = threading.Event()
+
+        def put(kind: str, value: Any) -> None:
+            loop.call_soon_threadsafe(chunks.put_nowait, (kind, value))
+
+        def work() -> None:
+            # The session is free again before the consumer hears of the end.
+            try:
+                out = self._run(run, on_piece=lambda c: put("chunk", c), cancelled=cancelled)
+            except BaseException as e:  # handed to the consumer, re-raised there
+                self._busy.release()
+                put("error", e)
+            else:
+                self._busy.release()
+                put("done", out)
+
+        worker = threading.Thread(target=work, name="pylookahead-astream", daemon=True)
+        try:
+            worker.start()
+        except BaseException:
+            self._busy.release()
+            raise
+        try:
+            while True:
+                kind, value = await chunks.get()
+                if kind == "chunk":
+                    yield value
+                elif kind == "done":
+                    return
+                else:
+                    raise value
+        finally:
+            cancelled.set()  # the engine stops after the step in progress
+            if worker.is_alive():
+                await asyncio.get_running_loop().run_in_executor(None, worker.join)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until no call runs on this session (e.g. after cancelling an `agenerate` or leaving an `astream`,
+        whose engine stops after the step in progress); False if `timeout` seconds passed first."""
+        if not self._busy.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+            return False
+        self._busy.release()
+        return True
 
     @property
     def messages(self) -> list[dict[str, str]]:
@@ -351,6 +478,9 @@ class Session:
         stop = options.get("stop", ())
         if isinstance(stop, str):
             stop = [stop]
+        timeout_s = options.get("timeout_s")
+        if timeout_s is not None and not _check_float("timeout_s", timeout_s) > 0:
+            raise ValueError(f"timeout_s must be None or > 0 seconds (got {timeout_s!r})")
         include_stop = _check_bool("include_stop", options.get("include_stop", False))
         skip_special = _check_bool("skip_special_tokens", options.get("skip_special_tokens", False))
         text = None
@@ -361,7 +491,7 @@ class Session:
             )  # fmt: skip
         elif stop:
             raise ValueError(f"stop strings need a tokenizer.json, which {self.model.path} lacks")
-        return _Run(ids, config, lookahead, text)
+        return _Run(ids, config, lookahead, text, None if timeout_s is None else float(timeout_s))
 
     def _prepare_chat(
         self, messages: str | Message | Sequence[Message], options: dict[str, Any]
@@ -404,8 +534,11 @@ class Session:
         cancelled: threading.Event | None = None,
     ) -> GenerationOutput:
         """Run on the calling thread. `on_piece` gets each step's StreamChunk (from the engine's
-        thread, i.e. this one); `cancelled` stops after the step in progress."""
+        thread, i.e. this one); `cancelled` stops after the step in progress, as does the
+        deadline `run.timeout_s` seconds from now."""
         text = run.text
+        deadline = None if run.timeout_s is None else time.monotonic() + run.timeout_s
+        timed_out = False
 
         def on_chunk(ids: list[int]) -> bool | int | None:
             keep = None
@@ -424,13 +557,17 @@ class Session:
                 return keep  # stop, keeping the tokens through the one that completed the stop
             if cancelled is not None and cancelled.is_set():
                 return False
+            if deadline is not None and answer is not False and time.monotonic() >= deadline:
+                nonlocal timed_out
+                timed_out = True
+                return False
             return answer
 
         # Without a stop string or a listener, the engine runs without calling back into Python
         # every step, and the text is decoded once at the end (the same text: decoding does not
         # depend on how the ids are chunked).
         per_step = (
-            on_tokens is not None or on_piece is not None or cancelled is not None
+            on_tokens is not None or on_piece is not None or cancelled is not None or deadline is not None
             or (text is not None and text.has_stop_strings)
         )  # fmt: skip
         result = self._session.generate(run.ids, run.config, run.lookahead, on_chunk if per_step else None)
@@ -449,6 +586,8 @@ class Session:
         else:
             full = ""
         reason = "stop_string" if stop_string is not None else result.stop_reason
+        if timed_out and reason == "callback":
+            reason = "timeout"
         out = GenerationOutput(tokens, full, result.stats, reason, stop_string)
         self._last_output = out
         return out
