@@ -108,9 +108,11 @@ def test_verification_only_choices_run_as_draft_trees(session: Session, tree_row
         assert len(out.stats.accept_histogram) == max(7, tree_rows + 2)
         if tree_rows == 0:
             assert by_source["suffix"] == by_source["recycle"] == 0
-    if tree_rows:
-        ran_tree = any(d.window_size == 0 and not d.greedy for d in out.stats.auto_decisions)
-        assert not ran_tree or sum(by_source.values()) > 0
+        # Every token after the prefill's is an accepted draft or a step's bonus token; max_new_tokens may cut the
+        # last step inside its drafts (how many drafts a sized tree keeps depends on the measured step times, so no
+        # count of them is asserted).
+        hist = out.stats.accept_histogram
+        assert 0 <= sum(by_source.values()) - sum((k - 1) * n for k, n in enumerate(hist) if k) <= 1
 
 
 def test_switching_mid_generation_keeps_greedy_output(session: Session) -> None:
