@@ -197,7 +197,7 @@ def create_app(model: Model, options: ServerOptions):
                              registry=registry)  # fmt: skip
     tokens_total = Counter("pylookahead_generated_tokens", "Tokens generated", registry=registry)
     steps_total = Counter("pylookahead_decode_steps", "Forward passes after prefill", registry=registry)
-    ttft = Histogram("pylookahead_time_to_first_token_seconds", "Request arrival to first token",
+    ttft = Histogram("pylookahead_time_to_first_token_seconds", "Request arrival to first token (not streamed: to the answer)",
                      buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30), registry=registry)  # fmt: skip
     tok_s = Histogram("pylookahead_decode_tokens_per_second", "Per request: tokens over decode time",
                       buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=registry)  # fmt: skip
@@ -268,7 +268,7 @@ def create_app(model: Model, options: ServerOptions):
             return list(prompt)
         raise RequestError(f"prompt must be a non-empty string or list of token ids (got {prompt!r})", "prompt")
 
-    async def serve(request: Request, chat: bool) -> Any:
+    async def handle(request: Request, chat: bool) -> Any:
         arrived = time.monotonic()
         endpoint = "chat" if chat else "completions"
         try:
@@ -391,11 +391,11 @@ def create_app(model: Model, options: ServerOptions):
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
-        return await serve(request, chat=True)
+        return await handle(request, chat=True)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
-        return await serve(request, chat=False)
+        return await handle(request, chat=False)
 
     return app
 

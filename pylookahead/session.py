@@ -281,36 +281,19 @@ class Session:
         """
         with self._exclusive():
             run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
-        self._acquire()
-        cancelled = threading.Event()
         loop = asyncio.get_running_loop()
         done: asyncio.Future[GenerationOutput] = loop.create_future()
 
-        def settle(result: GenerationOutput | None, error: BaseException | None) -> None:
+        def settle(kind: str, value: Any) -> None:
             if done.cancelled():
                 return
-            if error is not None:
-                done.set_exception(error)
+            if kind == "error":
+                done.set_exception(value)
             else:
-                done.set_result(result)  # type: ignore[arg-type]
+                done.set_result(value)
 
-        def work() -> None:
-            # The session is free again before the awaiting task hears of the end.
-            try:
-                out = self._run(run, on_tokens=on_tokens, cancelled=cancelled)
-            except BaseException as e:  # handed to the awaiting task
-                self._busy.release()
-                loop.call_soon_threadsafe(settle, None, e)
-            else:
-                self._busy.release()
-                loop.call_soon_threadsafe(settle, out, None)
-
-        worker = threading.Thread(target=work, name="pylookahead-agenerate", daemon=True)
-        try:
-            worker.start()
-        except BaseException:
-            self._busy.release()
-            raise
+        worker, cancelled = self._start_worker(run, lambda kind, value: loop.call_soon_threadsafe(settle, kind, value),
+                                               on_tokens=on_tokens)  # fmt: skip
         try:
             return await asyncio.shield(done)
         except asyncio.CancelledError:
@@ -334,31 +317,13 @@ class Session:
         """
         with self._exclusive():
             run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
-        self._acquire()
         loop = asyncio.get_running_loop()
         chunks: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        cancelled = threading.Event()
 
         def put(kind: str, value: Any) -> None:
             loop.call_soon_threadsafe(chunks.put_nowait, (kind, value))
 
-        def work() -> None:
-            # The session is free again before the consumer hears of the end.
-            try:
-                out = self._run(run, on_piece=lambda c: put("chunk", c), cancelled=cancelled)
-            except BaseException as e:  # handed to the consumer, re-raised there
-                self._busy.release()
-                put("error", e)
-            else:
-                self._busy.release()
-                put("done", out)
-
-        worker = threading.Thread(target=work, name="pylookahead-astream", daemon=True)
-        try:
-            worker.start()
-        except BaseException:
-            self._busy.release()
-            raise
+        worker, cancelled = self._start_worker(run, put, on_piece=lambda c: put("chunk", c))
         try:
             while True:
                 kind, value = await chunks.get()
@@ -371,7 +336,7 @@ class Session:
         finally:
             cancelled.set()  # the engine stops after the step in progress
             if worker.is_alive():
-                await asyncio.get_running_loop().run_in_executor(None, worker.join)
+                await loop.run_in_executor(None, worker.join)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no call runs on this session (e.g. after cancelling an `agenerate` or leaving an `astream`,
@@ -591,6 +556,37 @@ class Session:
         out = GenerationOutput(tokens, full, result.stats, reason, stop_string)
         self._last_output = out
         return out
+
+    def _start_worker(
+        self,
+        run: _Run,
+        post: Callable[[str, Any], None],
+        on_tokens: Callable[[list[int]], bool | None] | None = None,
+        on_piece: Callable[[StreamChunk], None] | None = None,
+    ) -> tuple[threading.Thread, threading.Event]:
+        """Takes the session and runs `run` on a new thread (agenerate, astream). When it ends the session is free
+        again first, then `post("done", output)` or `post("error", exception)` runs on that thread. Setting the
+        returned event stops generation after the step in progress."""
+        self._acquire()
+        cancelled = threading.Event()
+
+        def work() -> None:
+            try:
+                out = self._run(run, on_tokens=on_tokens, on_piece=on_piece, cancelled=cancelled)
+            except BaseException as e:  # handed to the caller through post
+                self._busy.release()
+                post("error", e)
+            else:
+                self._busy.release()
+                post("done", out)
+
+        worker = threading.Thread(target=work, name="pylookahead-async", daemon=True)
+        try:
+            worker.start()
+        except BaseException:
+            self._busy.release()
+            raise
+        return worker, cancelled
 
     def _stream(
         self, run: _Run, on_done: Callable[[GenerationOutput], None]

@@ -111,13 +111,7 @@ GenerationResult run(StepModel& lm, const Tokens& text, int prompt_len, int max_
 
 void check_counts(const GenerationResult& r) {
     const GenerationStats& s = r.stats;
-    int64_t steps = 0, tokens = 1;
-    for (size_t k = 0; k < s.accept_histogram.size(); ++k) {
-        steps += s.accept_histogram[k];
-        tokens += static_cast<int64_t>(k) * s.accept_histogram[k];
-    }
-    EXPECT_EQ(steps, s.steps);
-    EXPECT_EQ(tokens, s.new_tokens);
+    expect_histogram_adds_up(s);
     EXPECT_EQ(s.new_tokens, static_cast<int64_t>(r.tokens.size()));
 }
 

@@ -58,13 +58,7 @@ void check_stats(const Decoded& run, int max_accept) {
     EXPECT_EQ(s.new_tokens, static_cast<int64_t>(run.result.tokens.size()));
     ASSERT_EQ(s.accept_histogram.size(), static_cast<size_t>(max_accept + 1));
     EXPECT_EQ(s.accept_histogram[0], 0);
-    int64_t steps = 0, tokens = 1;  // the first token comes from prefill
-    for (size_t k = 0; k < s.accept_histogram.size(); ++k) {
-        steps += s.accept_histogram[k];
-        tokens += static_cast<int64_t>(k) * s.accept_histogram[k];
-    }
-    EXPECT_EQ(steps, s.steps);
-    EXPECT_EQ(tokens, s.new_tokens);
+    expect_histogram_adds_up(s);
     EXPECT_EQ(s.step_times_s.size(), static_cast<size_t>(s.steps));
     EXPECT_LE(s.accepted_from_prompt + s.accepted_from_window, s.steps);
     EXPECT_EQ(run.chunks.size(), static_cast<size_t>(s.steps + 1));

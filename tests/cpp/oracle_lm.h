@@ -121,4 +121,16 @@ class OracleLm : public StepModel {
     std::vector<int32_t> step_positions_;  // [T]
 };
 
+// The accept histogram adds up: its steps are stats.steps, and its tokens plus the prefill's one
+// are stats.new_tokens.
+inline void expect_histogram_adds_up(const GenerationStats& s) {
+    int64_t steps = 0, tokens = 1;  // the first token comes from prefill
+    for (size_t k = 0; k < s.accept_histogram.size(); ++k) {
+        steps += s.accept_histogram[k];
+        tokens += static_cast<int64_t>(k) * s.accept_histogram[k];
+    }
+    EXPECT_EQ(steps, s.steps);
+    EXPECT_EQ(tokens, s.new_tokens);
+}
+
 }  // namespace pylookahead

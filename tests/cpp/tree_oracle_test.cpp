@@ -63,13 +63,7 @@ GenerationResult decode(const Tokens& text, int prompt_len, int max_new, const T
 void check_counters(const GenerationResult& r, const TreeParams& p) {
     const GenerationStats& s = r.stats;
     ASSERT_EQ(s.accept_histogram.size(), static_cast<size_t>(p.R + 2));
-    int64_t steps = 0, tokens = 1;
-    for (size_t k = 0; k < s.accept_histogram.size(); ++k) {
-        steps += s.accept_histogram[k];
-        tokens += static_cast<int64_t>(k) * s.accept_histogram[k];
-    }
-    EXPECT_EQ(steps, s.steps);
-    EXPECT_EQ(tokens, s.new_tokens);
+    expect_histogram_adds_up(s);
     // Every emitted token after the prefill's is a draft token or a step's last (bonus) token,
     // except where a stop cut a step's tokens short.
     const int64_t drafted = std::accumulate(s.accepted_tokens_by_source.begin(),

@@ -42,9 +42,8 @@ class Drafter {
 };
 
 // Adds path[0..n) under the root as one proposal of `source` with `rank`: token d (depth d + 1)
-// gets score prod_{i <= d} scorer.rate(source, i + 1, rank). Stops early when a score falls
-// below `min_score`. Returns the tokens added.
-int add_scored_path(TokenTree* tree, const DraftScorer& scorer, const TokenId* path, int n,
-                    DraftSource source, int rank, double min_score = 0.0);
+// gets score prod_{i <= d} scorer.rate(source, i + 1, rank).
+void add_scored_path(TokenTree* tree, const DraftScorer& scorer, const TokenId* path, int n,
+                     DraftSource source, int rank);
 
 }  // namespace pylookahead

@@ -83,13 +83,9 @@ void LookaheadAlgorithm::prepare_classic(TokenId x, std::vector<TreeNode>* nodes
     std::lock_guard<std::mutex> lock(shared_->mutex);
     const NgramPool::Candidates cands =
         shared_->pool.select(x, recent_.data(), budget_.verification_set_size, &order_);
-    num_candidates_ = static_cast<int>(order_.size());
-    candidate_sources_.clear();
-    for (int c = 0; c < num_candidates_; ++c) {
+    for (int c = 0; c < static_cast<int>(order_.size()); ++c) {
         const int i = order_[c];
-        candidate_sources_.push_back(cands.sources[i]);
-        const DraftSource source = cands.sources[i] == NgramSource::kWindow ? DraftSource::kWindow
-                                                                            : DraftSource::kHistory;
+        const DraftSource source = draft_source_of(cands.sources[i]);
         for (int k = 0; k < len; ++k) {
             TreeNode v;
             v.token = cands.tokens[static_cast<size_t>(i) * len + k];
@@ -164,10 +160,11 @@ StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax,
         out.num_candidates = static_cast<int>(nodes.size());
         scorer_.record(nodes, verdict.accepted);
     } else {
-        out.num_candidates = num_candidates_;
+        // Classic nodes are whole chains of len tokens, candidate c's first at c * len.
         const int len = budget_.candidate_len();
-        for (int c = 0; c < num_candidates_; ++c) {
-            if (candidate_sources_[c] != NgramSource::kWindow) continue;
+        out.num_candidates = static_cast<int>(nodes.size()) / len;
+        for (int c = 0; c < out.num_candidates; ++c) {
+            if (nodes[static_cast<size_t>(c) * len].source != DraftSource::kWindow) continue;
             ++out.window_candidates;
             int matched = 0;  // accepted nodes of a chain are a prefix of it
             while (matched < len && verdict.accepted[c * len + matched]) ++matched;

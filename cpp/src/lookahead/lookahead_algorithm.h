@@ -73,7 +73,6 @@ class LookaheadAlgorithm {
     const NgramPool& pool() const { return shared_->pool; }
     int64_t pool_size() const;
     const JacobiWindow& window() const { return window_; }
-    const DraftScorer& scorer() const { return scorer_; }
     // k of token recycling (0 = off): the decode loop asks the model for that many successors
     // per out row (StepModel::set_successors) and passes them to update().
     int successors_wanted() const { return config_.recycle_top_k; }
@@ -116,9 +115,7 @@ class LookaheadAlgorithm {
     std::vector<TokenId> recent_;                 // [kContextLen + 1] last tokens, x last
     std::vector<int> order_;                      // select()'s picks for the last prepare()
     StepPlan plan_;                               // of the last prepare()
-    std::vector<NgramSource> candidate_sources_;  // classic: [num_candidates_]
     std::vector<TokenId> next_;                   // [W] new last-level guesses
-    int num_candidates_ = 0;                      // classic: real (unpadded) candidates
     // Tree mode.
     DraftScorer scorer_;
     TokenTree tree_;

@@ -14,10 +14,8 @@ void PoolDrafter::propose(const DraftContext& ctx, TokenTree* tree) {
     const int len = pool.ngram_len();
     for (size_t r = 0; r < order_.size(); ++r) {
         const int i = order_[r];
-        const DraftSource source =
-            c.sources[i] == NgramSource::kWindow ? DraftSource::kWindow : DraftSource::kHistory;
-        add_scored_path(tree, *ctx.scorer, c.tokens + static_cast<size_t>(i) * len, len, source,
-                        static_cast<int>(r));
+        add_scored_path(tree, *ctx.scorer, c.tokens + static_cast<size_t>(i) * len, len,
+                        draft_source_of(c.sources[i]), static_cast<int>(r));
     }
 }
 

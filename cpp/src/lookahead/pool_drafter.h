@@ -12,6 +12,11 @@
 
 namespace pylookahead {
 
+// The draft source of a pool entry.
+inline DraftSource draft_source_of(NgramSource source) {
+    return source == NgramSource::kWindow ? DraftSource::kWindow : DraftSource::kHistory;
+}
+
 class PoolDrafter : public Drafter {
   public:
     // `pool` must outlive this; G = candidates per lookup (>= 1).

@@ -16,14 +16,6 @@ const TokenId* RecycleDrafter::row(TokenId token) const {
     return table_.data() + at;
 }
 
-std::vector<TokenId> RecycleDrafter::successors(TokenId token) const {
-    const TokenId* r = row(token);
-    if (r == nullptr) return {};
-    std::vector<TokenId> out;
-    for (int j = 0; j < k_ && r[j] >= 0; ++j) out.push_back(r[j]);
-    return out;
-}
-
 void RecycleDrafter::on_step(const StepRows& rows) {
     if (rows.k != k_) return;
     for (int i = 0; i < rows.rows; ++i) {

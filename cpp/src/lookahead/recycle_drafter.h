@@ -20,13 +20,10 @@ class RecycleDrafter : public Drafter {
   public:
     explicit RecycleDrafter(int top_k);
     int top_k() const { return k_; }
-    void clear() { table_.clear(); }
 
     void propose(const DraftContext& ctx, TokenTree* tree) override;
     // rows.k must equal top_k(); rows with fewer successors are ignored.
     void on_step(const StepRows& rows) override;
-    // The kept successors of `token` (empty if none), best first.
-    std::vector<TokenId> successors(TokenId token) const;
 
   private:
     const TokenId* row(TokenId token) const;

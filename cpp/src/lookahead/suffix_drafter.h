@@ -38,10 +38,6 @@ class SuffixDrafter : public Drafter {
     void on_emitted(const TokenId* tokens, int n) override;
     void propose(const DraftContext& ctx, TokenTree* tree) override;
 
-    // Continuations the last propose() found, best first (tests).
-    const std::vector<std::vector<TokenId>>& last_continuations() const { return found_; }
-    int64_t text_size() const { return static_cast<int64_t>(text_.size()); }
-
   private:
     void append(TokenId t);
     void end_segment();
@@ -51,7 +47,7 @@ class SuffixDrafter : public Drafter {
     std::vector<TokenId> text_;   // segments separated by kSeparator
     int64_t segment_begin_ = 0;   // first index of the current segment
     std::array<std::unordered_map<uint64_t, std::vector<int32_t>>, kMaxKey> ends_;
-    std::vector<std::vector<TokenId>> found_;
+    std::vector<std::vector<TokenId>> found_;  // propose() scratch: the continuations, best first
     struct Match {
         int32_t end;     // index of the last matched token
         int32_t length;  // matched tokens, extended

@@ -6,10 +6,6 @@
 
 namespace pylookahead {
 
-const char* draft_source_name(DraftSource source) {
-    return draft_source_names()[static_cast<size_t>(source)];
-}
-
 void TokenTree::clear() {
     nodes_.clear();
     root_first_child_ = -1;

@@ -30,7 +30,6 @@ enum class DraftSource : uint8_t {
 };
 constexpr int kNumDraftSources = 4;
 static_assert(kNumDraftSources == sizeof(GenerationStats::accepted_tokens_by_source) / sizeof(int64_t));
-const char* draft_source_name(DraftSource source);
 
 // One node of a selected tree. Node indices are the order of the step rows after the window.
 struct TreeNode {
