@@ -23,4 +23,7 @@ fi
 . .venv/bin/activate
 # Pin torch first so that nothing ever pulls a multi-GB CUDA build.
 python -m pip install -q "torch==2.13.0"
-python -m pip install -q ".[${extras}]"
+# The build tools go into .venv and the package builds against .venv's torch (no build isolation):
+# this install, scripts/wheel.sh and developers' rebuilds then share one incremental build dir.
+python -m pip install -q "scikit-build-core>=0.10" "pybind11>=2.12"
+python -m pip install -q --no-build-isolation ".[${extras}]"

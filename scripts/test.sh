@@ -27,3 +27,8 @@ echo "== exactness under PYLOOKAHEAD_CPU_ISA=generic (pytest) =="
 PYLOOKAHEAD_CPU_ISA=generic ONEDNN_MAX_CPU_ISA=SSE41 ATEN_CPU_CAPABILITY=default \
   pytest tests/python/test_lookahead_exact.py tests/python/test_linear_kernel.py tests/python/test_quantize.py \
   tests/python/test_gguf.py -k "tiny or property or kernel or blocks" "$@"
+
+# The shipped artifact: build and repair the wheel, install it into a fresh venv with only torch,
+# and run the smoke test (Python, console script, C++ example) from there.
+echo "== wheel: build, repair, install into a fresh venv, smoke test =="
+bash scripts/wheel.sh
