@@ -1,6 +1,6 @@
 """Benchmark the engine's greedy and lookahead decoding side by side with transformers (one process).
 
-A thin entry point: the logic lives in `pylookahead.bench`, so that `pylookahead bench` works the same from an
+A thin entry point: the logic lives in `pylookahead.tools.bench`, so that `pylookahead bench` works the same from an
 installed wheel. Examples (see docs/benchmarks.md for the full set used for the published results)::
 
     python benchmarks/bench_generate.py --model smollm2-135m-instruct --dtype bfloat16 --threads 2 \\
@@ -16,6 +16,6 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-    from pylookahead.bench import main
+    from pylookahead.tools.bench import main
 
     sys.exit(main(sys.argv[1:], prog="benchmarks/bench_generate.py"))

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from pylookahead.bench import machine_info
+    from pylookahead.tools.bench import machine_info
 
     policies = args.policies.split(",")
     for p in policies:  # "spinN": GOMP_SPINCOUNT=N

@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
 
-    from pylookahead import AutoLookahead, LookaheadConfig, Model, Session, bench
-    from pylookahead.models import pull
+    from pylookahead import AutoLookahead, LookaheadConfig, Model, Session
+    from pylookahead.tools import bench
+    from pylookahead.tools.models import pull
 
     torch.set_num_threads(args.threads)
     model = Model(pull(args.model, progress=False), dtype=args.dtype, num_threads=args.threads)
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         for i, p in enumerate(prompts):
             ref = None
             for name, (session, lookahead) in methods.items():
-                out = session.generate(list(p.ids), args.max_new_tokens, lookahead)
+                out = session.generate(list(p.ids), max_new_tokens=args.max_new_tokens, lookahead=lookahead)
                 st = out.stats
                 if ref is None:
                     ref = out.token_ids

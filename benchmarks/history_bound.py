@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import pylookahead
-    from pylookahead import bench
+    from pylookahead.tools import bench
 
     data = json.loads(args.bench_json.read_text())
     settings = data["settings"]

@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import pylookahead
-    from pylookahead import LookaheadConfig, Model, Session, bench
+    from pylookahead import LookaheadConfig, Model, Session
+    from pylookahead.tools import bench
 
     torch.set_num_threads(args.threads)
     # Each entry "DTYPE:KERNEL" (or "KERNEL" in --dtype) is one loaded model, named by that string.
@@ -64,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             session = Session(models[k])
             tables[k].append(session.calibrate())
             for p in prompts:
-                greedy = session.generate(list(p.ids), args.max_new_tokens)
-                la = session.generate(list(p.ids), args.max_new_tokens, lookahead)
+                greedy = session.generate(list(p.ids), max_new_tokens=args.max_new_tokens)
+                la = session.generate(list(p.ids), max_new_tokens=args.max_new_tokens, lookahead=lookahead)
                 speeds[k]["greedy"].append(greedy.stats.new_tokens / greedy.stats.decode_s)
                 speeds[k]["lookahead"].append(la.stats.new_tokens / la.stats.decode_s)
                 exact[k] = exact[k] and la.token_ids == greedy.token_ids

@@ -2,7 +2,7 @@
 against llama.cpp (llama-cpp-python) plain and prompt-lookup decoding of the same GGUF, in one process.
 
 Each engine variant is one `Model` (EngineConfig.quantize, docs/design.md "Quantized weights"); llama.cpp loads
-the catalogue's GGUF (`pylookahead.models.pull_gguf`). Rounds alternate the order of the variants. Every method
+the catalogue's GGUF (`pylookahead.tools.models.pull_gguf`). Rounds alternate the order of the variants. Every method
 decodes the same HumanEval prompts (token ids from the checkpoint's tokenizer; llama.cpp gets the same ids) for
 `--max-new-tokens` tokens or an end token, greedy (llama.cpp: temp 0). Decode speed is new tokens over decode time: the engine's `stats.decode_s`; llama.cpp's time from
 its first to its last token, over the tokens after the first (its first token carries the prompt's prefill).
@@ -70,8 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import pylookahead
-    from pylookahead import Model, Session, bench
-    from pylookahead.models import pull, pull_gguf
+    from pylookahead import Model, Session
+    from pylookahead.tools import bench
+    from pylookahead.tools.models import pull, pull_gguf
 
     torch.set_num_threads(args.threads)
     checkpoint, gguf_path = pull(args.model, progress=False), pull_gguf(args.model, progress=False)
@@ -117,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         for p in prompts:
             for k in order:
                 s = sessions[k]
-                g = s.generate(list(p.ids), n)
-                a = s.generate(list(p.ids), n, "auto")
+                g = s.generate(list(p.ids), max_new_tokens=n)
+                a = s.generate(list(p.ids), max_new_tokens=n, lookahead="auto")
                 speeds[k]["greedy"].append(g.stats.new_tokens / g.stats.decode_s)
                 speeds[k]["auto"].append(a.stats.new_tokens / a.stats.decode_s)
                 exact[k] = exact[k] and a.token_ids == g.token_ids

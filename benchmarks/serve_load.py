@@ -50,9 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import uvicorn
 
-    from pylookahead import Model, Session, bench, datasets
-    from pylookahead.models import pull
+    from pylookahead import Model, Session
     from pylookahead.server import ServerOptions, create_app
+    from pylookahead.tools import bench, datasets
+    from pylookahead.tools.models import pull
 
     torch.set_num_threads(args.threads)
     model = Model(pull(args.model, progress=False), dtype=args.dtype, num_threads=args.threads)
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = []
         for m in messages:
             ids = model.tokenizer.encode_chat(m, add_generation_prompt=True)
-            out = lib.generate(ids, n, None if mode == "greedy" else "auto")
+            out = lib.generate(ids, max_new_tokens=n, lookahead=None if mode == "greedy" else "auto")
             runs.append({"tokens": len(out.token_ids), "decode_s_per_token": out.stats.decode_s / max(1, out.stats.new_tokens - 1)})
         library[mode] = runs
 

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import pylookahead
     from pylookahead import LookaheadConfig, Model, Session
-    from pylookahead.bench import machine_info
+    from pylookahead.tools.bench import machine_info
 
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="pylookahead-soak-"))
@@ -73,21 +73,21 @@ def main(argv: list[str] | None = None) -> int:
         prompt = [1] + (phrase * (length // 5 + 1))[:length]
         new = 4 + rng.randrange(28)
         if kind == "greedy":
-            s.generate(prompt, new)
+            s.generate(prompt, max_new_tokens=new)
         elif kind in ("lookahead", "auto"):
-            out = s.generate(prompt, new, la if kind == "lookahead" else "auto")
-            mismatches += out.token_ids != s.generate(prompt, new).token_ids
+            out = s.generate(prompt, max_new_tokens=new, lookahead=la if kind == "lookahead" else "auto")
+            mismatches += out.token_ids != s.generate(prompt, max_new_tokens=new).token_ids
         elif kind == "sample":
-            s.generate(prompt, new, la, temperature=0.8, top_p=0.9, seed=i)
+            s.generate(prompt, max_new_tokens=new, lookahead=la, temperature=0.8, top_p=0.9, seed=i)
         elif kind == "stream":
-            for _ in s.stream(prompt, new, la, stop=["x y"]):
+            for _ in s.stream(prompt, max_new_tokens=new, lookahead=la, stop=["x y"]):
                 pass
         elif kind == "chat":
             s.chat("hello x y z", max_new_tokens=8, lookahead=la)
             s.chat("print x", max_new_tokens=8, lookahead="auto")
             s.reset()
         else:
-            s.generate(prompt, new, la, keep_pool=True)
+            s.generate(prompt, max_new_tokens=new, lookahead=la, keep_pool=True)
             s.save_pool(work / "pool.bin")
             s.reset()
             s.load_pool(work / "pool.bin")

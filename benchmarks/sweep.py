@@ -1,7 +1,7 @@
 """Sweep lookahead's (W, N, G) grid for one model and dataset: data for the scaling-law and latency plots.
 
-Runs `pylookahead.bench` with the engine's greedy decoding and one lookahead method per grid point, all
-interleaved per prompt in one process (see `pylookahead.bench` for how each method is timed), and writes the
+Runs `pylookahead.tools.bench` with the engine's greedy decoding and one lookahead method per grid point, all
+interleaved per prompt in one process (see `pylookahead.tools.bench` for how each method is timed), and writes the
 same JSON schema with ``"kind": "sweep"``. `benchmarks/plot_results.py` turns it into
 
 * compression ratio (tokens per step) against tokens per step ``(W + G) * (N - 1)`` on a log axis: the paper's
@@ -46,7 +46,7 @@ def grid(windows: list[int], ngrams: list[int], gsets: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-    from pylookahead import bench
+    from pylookahead.tools import bench
 
     parser = argparse.ArgumentParser(prog="benchmarks/sweep.py", description=__doc__.split("\n\n")[0])
     bench.add_arguments(parser)
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         from datetime import datetime
 
         stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-        from pylookahead.models import get_entry
+        from pylookahead.catalog import get_entry
 
         try:
             model = get_entry(args.model).name

@@ -269,7 +269,7 @@ void bind_results(py::module_& m) {
         .def_property_readonly("compression", &GenerationStats::compression);
 
     py::class_<GenerationResult>(m, "GenerationResult")
-        .def_readonly("tokens", &GenerationResult::tokens)
+        .def_readonly("token_ids", &GenerationResult::token_ids)
         .def_readonly("stats", &GenerationResult::stats)
         .def_property_readonly("stop_reason",
                                [](const GenerationResult& r) { return stop_reason_name(r.stop_reason); });

@@ -43,12 +43,8 @@ def _make_lookahead(args: argparse.Namespace):
         return None
     if not fixed:
         return "auto"
-    cfg = LookaheadConfig()
-    for n in names:
-        if getattr(args, n, None) is not None:
-            setattr(cfg, n, getattr(args, n))
-    cfg.validate()
-    return cfg
+    # The constructor checks the fields (ValueError naming the rule); unset flags keep the defaults.
+    return LookaheadConfig(**{n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
 
 
 def _summary(label: str, out) -> str:
@@ -89,7 +85,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         stop=args.stop or (),
     )  # fmt: skip
     if args.stream:
-        for chunk in session.stream(ids, args.max_new_tokens, lookahead, **options):
+        for chunk in session.stream(ids, max_new_tokens=args.max_new_tokens, lookahead=lookahead, **options):
             print(chunk.text, end="", flush=True)
         print()
         out = session.last_output
@@ -142,7 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    from .models import pull, pull_gguf
+    from .tools.models import pull, pull_gguf
 
     path = pull_gguf(args.name, progress=True) if args.gguf else pull(args.name, progress=True)
     print(path)
@@ -150,7 +146,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    from .models import convert_gguf
+    from .tools.models import convert_gguf
 
     path = convert_gguf(args.gguf, args.out_dir)
     print(path)
@@ -158,8 +154,8 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import run_from_args
-    from .datasets import DatasetError
+    from .tools.bench import run_from_args
+    from .tools.datasets import DatasetError
 
     try:
         return run_from_args(args)
@@ -233,7 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="benchmark greedy, lookahead and transformers side by side on MT-Bench / HumanEval / a jsonl",
     )
-    from .bench import add_arguments as _bench_arguments
+    # The one tools import every command line makes: bench's options (the module imports only the stdlib at load).
+    from .tools.bench import add_arguments as _bench_arguments
 
     _bench_arguments(b)
     b.set_defaults(func=cmd_bench)

@@ -314,7 +314,7 @@ def create_app(model: Model, options: ServerOptions):
 
         if not stream:
             try:
-                out = await slot.session.agenerate(ids, max_tokens, lookahead, **gen)
+                out = await slot.session.agenerate(ids, max_new_tokens=max_tokens, lookahead=lookahead, **gen)
             except ValueError as e:  # e.g. the prompt does not fit the session's cache
                 requests_total.labels(endpoint, "400").inc()
                 return error(400, str(e), "invalid_request_error")
@@ -349,7 +349,9 @@ def create_app(model: Model, options: ServerOptions):
 
         # Validated before the first byte: a bad request still gets its 400 (the session's own checks).
         try:
-            chunks: AsyncIterator[StreamChunk] = slot.session.astream(ids, max_tokens, lookahead, **gen)
+            chunks: AsyncIterator[StreamChunk] = slot.session.astream(
+                ids, max_new_tokens=max_tokens, lookahead=lookahead, **gen
+            )
             first_chunk = await chunks.__anext__()
         except StopAsyncIteration:
             first_chunk = None

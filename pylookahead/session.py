@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import queue
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Generator, Iterator, Mapping, NamedTuple, Sequence, Union
+from typing import Any, AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping, NamedTuple, Sequence, Union
 
 from . import _core
-from .textstream import TextStream
+from .catalog import resolve_model
+from .textstream import TextStream, check_stop_strings
 
 Prompt = Union[str, Sequence[int]]
 Lookahead = Union[None, str, _core.LookaheadConfig, _core.AutoLookahead]
 Message = Mapping[str, str]
 
-# Keyword options of generate / stream / chat beyond the positional ones.
+# Keyword options of generate / stream / chat beyond the named ones.
 _OPTIONS = frozenset(
     {"stop", "include_stop", "temperature", "top_k", "top_p", "seed", "reuse_cache", "keep_pool",
      "skip_special_tokens", "timeout_s"}
@@ -49,39 +51,57 @@ class StreamChunk:
     token_ids: list[int]  # the ids this step emitted (after any cut at a stop)
 
 
-_INT_MAX = 2**31 - 1  # the engine's int fields (C int)
-_SEED_MAX = 2**64 - 1  # seeds are uint64
+# Conversions of Python values to the engine's C fields. They check only the Python type and that
+# the value fits the field (as the bindings' own conversions do, with the same messages); the rules
+# (ranges, the vocabulary, the lookahead kind) are the engine's, which raises ValueError naming the
+# field, the value and the rule.
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1  # C int fields; token ids (int32) too
+_UINT64_MAX = 2**64 - 1  # seeds
 
 
-def _check_int(name: str, value: object, minimum: int, maximum: int = _INT_MAX) -> int:
+def _c_int(name: str, value: object, lo: int = _INT_MIN, hi: int = _INT_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an int >= {minimum} (got {value!r})")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum} (got {value})")
-    if value > maximum:
-        raise ValueError(f"{name} must be <= {maximum} (got {value})")
+        raise ValueError(f"{name} must be an int (got {value!r})")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}] (got {value})")
     return value
 
 
-def _check_float(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number (got {value!r})")
-    return float(value)
+def _c_uint64(name: str, value: object) -> int:
+    return _c_int(name, value, 0, _UINT64_MAX)
 
 
-def _check_bool(name: str, value: object) -> bool:
+def _c_double(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number (got {value!r})")
+    try:
+        return float(value)
+    except OverflowError:  # an int beyond a double's range
+        raise ValueError(f"{name} must be in the range of a C double (got {value})") from None
+
+
+def _c_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be a bool (got {value!r})")
     return value
 
 
+def _c_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a str (got {value!r})")
+    return value
+
+
 class _Run(NamedTuple):
-    """A validated generation request."""
+    """A generation request converted for the engine (which checks it when the call runs)."""
 
     ids: list[int]
     config: _core.GenerationConfig
-    lookahead: Lookahead
-    text: TextStream | None
+    lookahead: Lookahead  # passed as it is: the bindings take None, "auto", a LookaheadConfig or an AutoLookahead
+    # Makes the TextStream of the call (None without a tokenizer). Called once the engine has accepted the
+    # request, so it only ever decodes prompt ids the engine checked.
+    new_text: Callable[[], TextStream] | None
+    has_stop_strings: bool
     timeout_s: float | None  # deadline of the call, from when it starts running
 
 
@@ -91,6 +111,7 @@ class Model:
     def __init__(
         self,
         model: str | Path,
+        *,
         device: str = "cpu",
         dtype: str = "float32",
         num_threads: int = 0,
@@ -98,24 +119,23 @@ class Model:
         quantize: str | None = None,
         quantize_lm_head: bool = True,
     ) -> None:
+        """`model`: a checkpoint directory, a GGUF file, or a catalogue name already pulled
+        (`pylookahead pull NAME`; otherwise ModelNotPulledError). The options are EngineConfig's
+        fields (cpp/include/pylookahead/config.h), checked by the engine; `quantize=None` is "auto"."""
+        engine = _core.EngineConfig()
+        engine.device = _c_str("device", device)
+        engine.dtype = _c_str("dtype", dtype)
+        engine.num_threads = _c_int("num_threads", num_threads)
+        engine.linear_kernel = _c_str("linear_kernel", linear_kernel)
+        if quantize is not None and not isinstance(quantize, str):
+            raise ValueError(f"quantize must be None or a str (got {quantize!r})")
+        engine.quantize = "auto" if quantize is None else quantize
+        engine.quantize_lm_head = _c_bool("quantize_lm_head", quantize_lm_head)
         path = Path(model).expanduser()
         if not path.exists() and "/" not in str(model):
             # A catalogue name ("smollm2-135m-instruct"); a path goes straight to the loader,
             # which reports what is missing as a ModelLoadError.
-            from .models import resolve_model
-
             path = resolve_model(str(model))
-        engine = _core.EngineConfig()
-        engine.device = device
-        engine.dtype = dtype
-        engine.num_threads = _check_int("num_threads", num_threads, 0)
-        if not isinstance(linear_kernel, str):
-            raise ValueError(f"linear_kernel must be a str (got {linear_kernel!r})")
-        engine.linear_kernel = linear_kernel  # "auto" or a kernel name (docs/design.md)
-        if quantize is not None and not isinstance(quantize, str):
-            raise ValueError(f"quantize must be None or one of 'auto', 'none', 'int8', 'int4' (got {quantize!r})")
-        engine.quantize = "auto" if quantize is None else quantize  # the engine checks the name
-        engine.quantize_lm_head = _check_bool("quantize_lm_head", quantize_lm_head)
         self.path = Path(path)
         self._core = _core.Model(str(self.path), engine)
         self.tokenizer = None
@@ -145,14 +165,19 @@ class Session:
     def __init__(
         self,
         model: str | Path | Model,
+        *,
         device: str = "cpu",
         dtype: str = "float32",
         kv_capacity: int = 0,
         num_threads: int = 0,
     ) -> None:
-        self.model = model if isinstance(model, Model) else Model(model, device, dtype, num_threads)
+        """`model`: a loaded `Model` (then `device`, `dtype` and `num_threads` are its own), or what
+        `Model` takes. `kv_capacity`: KV cache rows (0: the model's default; SessionConfig)."""
+        self.model = (
+            model if isinstance(model, Model) else Model(model, device=device, dtype=dtype, num_threads=num_threads)
+        )
         config = _core.SessionConfig()
-        config.kv_capacity = _check_int("kv_capacity", kv_capacity, 0)
+        config.kv_capacity = _c_int("kv_capacity", kv_capacity)
         self._session = _core.Session(self.model._core, config)
         self._busy = threading.Lock()
         self._messages: list[dict[str, str]] = []
@@ -167,6 +192,8 @@ class Session:
         return self._session.kv_capacity
 
     def encode(self, prompt: Prompt) -> list[int]:
+        """The token ids of `prompt`: a string through the checkpoint's tokenizer, or token ids as
+        they are (ints; the engine checks that they are in the vocabulary when they are used)."""
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(
@@ -174,14 +201,11 @@ class Session:
                     "pass token ids instead"
                 )
             return self.tokenizer.encode(prompt)
-        ids = list(prompt)
-        vocab = self.model.info.vocab_size
-        for i, t in enumerate(ids):
-            if isinstance(t, bool) or not isinstance(t, int):
-                raise ValueError(f"prompt[{i}] must be an int token id (got {t!r})")
-            if not 0 <= t < vocab:
-                raise ValueError(f"prompt[{i}] must be a token id in [0, {vocab}) (got {t})")
-        return ids
+        try:
+            ids = list(prompt)
+        except TypeError:
+            raise ValueError(f"prompt must be a str or a sequence of token ids (got {prompt!r})") from None
+        return [_c_int(f"prompt[{i}]", t) for i, t in enumerate(ids)]
 
     def decode(self, ids: Sequence[int]) -> str:
         return "" if self.tokenizer is None else self.tokenizer.decode(list(ids))
@@ -191,6 +215,7 @@ class Session:
     def generate(
         self,
         prompt: Prompt,
+        *,
         max_new_tokens: int = 128,
         lookahead: Lookahead = None,
         stop_token_ids: Sequence[int] = (),
@@ -209,6 +234,10 @@ class Session:
         each step; returning False stops. `timeout_s` stops after the step in progress once that
         many seconds have passed (`stop_reason == "timeout"`). Other options:
         `skip_special_tokens` (for `.text`).
+
+        A bad value raises ValueError naming the option, the value and the rule: the engine checks
+        the options it runs with (ranges, prompt and stop ids in the vocabulary, the KV cache room,
+        the lookahead kind); Python checks only their types and the Python-only options.
         """
         with self._exclusive():
             run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
@@ -217,6 +246,7 @@ class Session:
     def stream(
         self,
         prompt: Prompt,
+        *,
         max_new_tokens: int = 128,
         lookahead: Lookahead = None,
         stop_token_ids: Sequence[int] = (),
@@ -228,6 +258,8 @@ class Session:
         are the text `generate` returns. Leaving the loop early (`break`, or closing the
         generator) stops generation after the step in progress and leaves the session usable.
         The finished `GenerationOutput` is the generator's return value and `last_output`.
+        Options the engine checks raise their ValueError from the first iteration (when the
+        engine starts); the others at the call.
         """
         with self._exclusive():
             run = self._prepare(prompt, max_new_tokens, lookahead, stop_token_ids, options)
@@ -266,6 +298,7 @@ class Session:
     async def agenerate(
         self,
         prompt: Prompt,
+        *,
         max_new_tokens: int = 128,
         lookahead: Lookahead = None,
         stop_token_ids: Sequence[int] = (),
@@ -305,6 +338,7 @@ class Session:
     async def astream(
         self,
         prompt: Prompt,
+        *,
         max_new_tokens: int = 128,
         lookahead: Lookahead = None,
         stop_token_ids: Sequence[int] = (),
@@ -417,46 +451,45 @@ class Session:
         stop_token_ids: Sequence[int],
         options: dict[str, Any],
     ) -> _Run:
+        """Converts the engine's options to a GenerationConfig and checks the Python-only ones
+        (stop strings, include_stop, skip_special_tokens, timeout_s, unknown names)."""
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
             raise ValueError(
                 f"unknown generation option {unknown[0]!r} (known: {', '.join(sorted(_OPTIONS))})"
             )
-        if (isinstance(lookahead, str) and lookahead != "auto") or not isinstance(
-            lookahead, (type(None), str, _core.LookaheadConfig, _core.AutoLookahead)
-        ):
-            raise ValueError(
-                "lookahead must be None, 'auto', a LookaheadConfig or an AutoLookahead "
-                f"(got {lookahead!r})"
-            )
         ids = self.encode(prompt)
         config = _core.GenerationConfig()
-        config.max_new_tokens = _check_int("max_new_tokens", max_new_tokens, 1)
-        config.stop_token_ids = [_check_int("stop_token_ids[]", t, 0) for t in stop_token_ids]
-        config.temperature = _check_float("temperature", options.get("temperature", 0.0))
-        config.top_k = _check_int("top_k", options.get("top_k", 0), 0)
-        config.top_p = _check_float("top_p", options.get("top_p", 1.0))
-        config.seed = _check_int("seed", options.get("seed", 0), 0, _SEED_MAX)
-        config.reuse_cache = _check_bool("reuse_cache", options.get("reuse_cache", False))
-        config.keep_pool = _check_bool("keep_pool", options.get("keep_pool", False))
-        config.validate()  # ranges (temperature >= 0, top_p in (0, 1], ...) as ValueError
+        config.max_new_tokens = _c_int("max_new_tokens", max_new_tokens)
+        if isinstance(stop_token_ids, (str, bytes)) or not isinstance(stop_token_ids, Iterable):
+            raise ValueError(f"stop_token_ids must be a sequence of token ids (got {stop_token_ids!r})")
+        config.stop_token_ids = [_c_int(f"stop_token_ids[{i}]", t) for i, t in enumerate(stop_token_ids)]
+        config.temperature = _c_double("temperature", options.get("temperature", 0.0))
+        config.top_k = _c_int("top_k", options.get("top_k", 0))
+        config.top_p = _c_double("top_p", options.get("top_p", 1.0))
+        config.seed = _c_uint64("seed", options.get("seed", 0))
+        config.reuse_cache = _c_bool("reuse_cache", options.get("reuse_cache", False))
+        config.keep_pool = _c_bool("keep_pool", options.get("keep_pool", False))
+
         stop = options.get("stop", ())
-        if isinstance(stop, str):
-            stop = [stop]
+        stop = check_stop_strings([stop] if isinstance(stop, str) else stop)
+        include_stop = _c_bool("include_stop", options.get("include_stop", False))
+        skip_special = _c_bool("skip_special_tokens", options.get("skip_special_tokens", False))
         timeout_s = options.get("timeout_s")
-        if timeout_s is not None and not _check_float("timeout_s", timeout_s) > 0:
-            raise ValueError(f"timeout_s must be None or > 0 seconds (got {timeout_s!r})")
-        include_stop = _check_bool("include_stop", options.get("include_stop", False))
-        skip_special = _check_bool("skip_special_tokens", options.get("skip_special_tokens", False))
-        text = None
+        if timeout_s is not None:
+            seconds = _c_double("timeout_s", timeout_s)
+            if not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(f"timeout_s must be None or a finite number of seconds > 0 (got {timeout_s!r})")
+            timeout_s = seconds
+        new_text = None
         if self.tokenizer is not None:
-            text = TextStream(
-                self.tokenizer.backend, stop=list(stop), include_stop=include_stop,
+            new_text = functools.partial(
+                TextStream, self.tokenizer.backend, stop=stop, include_stop=include_stop,
                 skip_special_tokens=skip_special, prompt_ids=ids,
             )  # fmt: skip
         elif stop:
             raise ValueError(f"stop strings need a tokenizer.json, which {self.model.path} lacks")
-        return _Run(ids, config, lookahead, text, None if timeout_s is None else float(timeout_s))
+        return _Run(ids, config, lookahead, new_text, bool(stop), timeout_s)
 
     def _prepare_chat(
         self, messages: str | Message | Sequence[Message], options: dict[str, Any]
@@ -501,14 +534,17 @@ class Session:
         """Run on the calling thread. `on_piece` gets each step's StreamChunk (from the engine's
         thread, i.e. this one); `cancelled` stops after the step in progress, as does the
         deadline `run.timeout_s` seconds from now."""
-        text = run.text
+        text: TextStream | None = None  # made once the engine has accepted the request
         deadline = None if run.timeout_s is None else time.monotonic() + run.timeout_s
         timed_out = False
 
         def on_chunk(ids: list[int]) -> bool | int | None:
+            nonlocal text
             keep = None
             piece = ""
-            if text is not None:
+            if run.new_text is not None:
+                if text is None:
+                    text = run.new_text()
                 piece, keep = text.feed(ids)
             kept = ids if keep is None else ids[:keep]
             answer: bool | int | None = None
@@ -533,11 +569,12 @@ class Session:
         # depend on how the ids are chunked).
         per_step = (
             on_tokens is not None or on_piece is not None or cancelled is not None or deadline is not None
-            or (text is not None and text.has_stop_strings)
+            or run.has_stop_strings
         )  # fmt: skip
         result = self._session.generate(run.ids, run.config, run.lookahead, on_chunk if per_step else None)
-        tokens = list(result.tokens)
-        if text is not None and not per_step:
+        tokens = list(result.token_ids)
+        if run.new_text is not None and text is None:  # not per step: decoded once, at the end
+            text = run.new_text()
             text.feed(tokens)
         stop_string = None
         if text is not None:
@@ -644,7 +681,7 @@ class Session:
             table = []
             for item in pairs:
                 tokens, seconds = item
-                table.append((_check_int("costs tokens", tokens, 1), float(seconds)))
+                table.append((_c_int("costs tokens", tokens), _c_double("costs seconds", seconds)))
             self._session.set_step_costs(table)
             return self.step_costs()
         return [(int(t), float(s)) for t, s in self._session.calibrate()]

@@ -30,7 +30,7 @@ from tokenizers.decoders import DecodeStream
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-__all__ = ["TextStream"]
+__all__ = ["TextStream", "check_stop_strings"]
 
 # Prompt ids that prime the decoder: enough for spacing context (the previous token or two) and for a
 # multi-byte character split over up to four byte tokens, without decoding a whole long prompt.
@@ -38,10 +38,14 @@ _PROMPT_CONTEXT = 8
 _REPLACEMENT_CHAR = "\ufffd"
 
 
-def _check_stop(stop: Sequence[str]) -> tuple[str, ...]:
+def check_stop_strings(stop: Sequence[str]) -> tuple[str, ...]:
+    """`stop` as a tuple, or ValueError unless it is a sequence of non-empty strings."""
     if isinstance(stop, str):
         raise ValueError(f"stop must be a sequence of strings, not one string (got {stop!r}); wrap it in a list")
-    strings = tuple(stop)
+    try:
+        strings = tuple(stop)
+    except TypeError:
+        raise ValueError(f"stop must be a sequence of strings (got {stop!r})") from None
     for index, value in enumerate(strings):
         if not isinstance(value, str):
             raise ValueError(
@@ -136,7 +140,7 @@ class TextStream:
         skip_special_tokens: bool = False,
         prompt_ids: Sequence[int] = (),
     ) -> None:
-        stops = _check_stop(stop)
+        stops = check_stop_strings(stop)
         self._tokenizer = tokenizer
         self._include_stop = bool(include_stop)
         self._skip_special_tokens = bool(skip_special_tokens)

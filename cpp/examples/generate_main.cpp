@@ -210,7 +210,7 @@ std::string join(const std::vector<T>& v, size_t from = 0) {
 
 void print_result(const std::string& label, const pla::GenerationResult& r) {
     const pla::GenerationStats& s = r.stats;
-    std::printf("%s_ids: %s\n", label.c_str(), join(r.tokens).c_str());
+    std::printf("%s_ids: %s\n", label.c_str(), join(r.token_ids).c_str());
     std::printf("%s_stop_reason: %s\n", label.c_str(), stop_reason_name(r.stop_reason));
     std::printf("%s_steps: %lld\n", label.c_str(), static_cast<long long>(s.steps));
     std::printf("%s_compression: %.4f\n", label.c_str(), s.compression());
@@ -244,7 +244,7 @@ int run(const Options& o) {
     chunks.clear();
     received = 0;
     const pla::GenerationResult lookahead = session.generate(o.prompt, o.gen, o.lookahead, on_tokens);
-    const bool identical = greedy.tokens == lookahead.tokens;
+    const bool identical = greedy.token_ids == lookahead.token_ids;
 
     std::printf("model: %s\n", model->info().architecture.c_str());
     std::printf("linear_kernel: %s\n", model->info().linear_kernel.c_str());

@@ -1,100 +1,22 @@
-// Session and Model: the public, torch-free API over the engine. Options are validated here,
-// once, at the boundary.
+// Session and Model: the public, torch-free API over the engine. Every option is validated here,
+// once, at the boundary (Model::load through the engine factory, Session::generate for a request);
+// the decode loop below only checks invariants.
 #include "pylookahead/session.h"
 
-#include <ATen/Parallel.h>
-#include <ATen/Context.h>
-
-#include <sys/stat.h>
+#include <c10/core/InferenceMode.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <sstream>
-#include <thread>
 #include <utility>
 
 #include "check.h"
-#include "io/binary_io.h"
-#include "io/gguf.h"
-#include "io/gguf_config.h"
-#include "io/model_config.h"
-#include "io/regular_file.h"
-#include "kernels/cpu_isa.h"
 #include "lookahead/auto/controller.h"
-#include "model/transformer.h"
+#include "lookahead/pool_file.h"
+#include "runtime/engine_factory.h"
 #include "runtime/torch_step_model.h"
 
 namespace pylookahead {
-
-namespace {
-
-at::ScalarType parse_dtype(const std::string& s) {
-    if (s == "float32") return at::kFloat;
-    if (s == "bfloat16") return at::kBFloat16;
-    if (s == "float16") return at::kHalf;
-    if (s == "float64") return at::kDouble;
-    throw ConfigError("dtype must be one of float32, bfloat16, float16, float64 (got '" + s + "')");
-}
-
-// nullopt = "auto".
-std::optional<Transformer::LinearKernel> parse_linear_kernel(const std::string& s) {
-    if (s == "auto") return std::nullopt;
-    if (auto kernel = linear_kernel_from_name(s)) return kernel;
-    throw ConfigError("linear_kernel must be one of auto, " + linear_kernel_names() + " (got '" + s +
-                      "')");
-}
-
-Transformer::Quantization parse_quantize(const std::string& s, bool lm_head) {
-    using Mode = Transformer::Quantization::Mode;
-    if (s == "auto") return {Mode::kAuto, WeightFormat::kQ8, lm_head};
-    if (s == "none") return {Mode::kNone, WeightFormat::kQ8, lm_head};
-    if (s == "int8") return {Mode::kFormat, WeightFormat::kQ8, lm_head};
-    if (s == "int4") return {Mode::kFormat, WeightFormat::kQ4, lm_head};
-    throw ConfigError("quantize must be one of auto, none, int8, int4 (got '" + s + "')");
-}
-
-at::Device parse_device(const std::string& s) {
-    at::Device dev(at::kCPU);
-    try {
-        dev = at::Device(s);
-    } catch (const std::exception&) {
-        throw ConfigError("device must be 'cpu', 'cuda' or 'cuda:K' (got '" + s + "')");
-    }
-    if (dev.is_cuda()) {
-        if (!at::hasCUDA()) {
-            throw ConfigError("device '" + s + "' requested but this libtorch has no usable CUDA");
-        }
-    } else if (!dev.is_cpu()) {
-        throw ConfigError("device must be 'cpu', 'cuda' or 'cuda:K' (got '" + s + "')");
-    }
-    return dev;
-}
-
-}  // namespace
-
-void EngineConfig::validate() const {
-    parse_dtype(dtype);
-    parse_device(device);
-    if (num_threads < 0) {
-        throw ConfigError("num_threads must be >= 0 (got " + std::to_string(num_threads) + ")");
-    }
-    // More threads than CPUs only time-slice (and libgomp fails to start tens of thousands).
-    const unsigned cpus = std::thread::hardware_concurrency();
-    const int max_threads = cpus > 0 ? static_cast<int>(cpus) : 1024;
-    if (num_threads > max_threads) {
-        throw ConfigError("num_threads must be <= " + std::to_string(max_threads) +
-                          " (this machine's CPUs) (got " + std::to_string(num_threads) + ")");
-    }
-    parse_linear_kernel(linear_kernel);
-    if (parse_quantize(quantize, quantize_lm_head).mode == Transformer::Quantization::Mode::kFormat &&
-        !parse_device(device).is_cpu()) {
-        throw ConfigError("quantize '" + quantize + "' runs on the CPU only (got device '" + device + "')");
-    }
-}
 
 void SessionConfig::validate() const {
     if (kv_capacity < 0) {
@@ -116,49 +38,9 @@ const ModelInfo& Model::info() const { return impl_->info; }
 
 std::shared_ptr<const Model> Model::load(const std::string& model_dir, const EngineConfig& engine) {
     const auto start = std::chrono::steady_clock::now();
-    engine.validate();
-    if (engine.num_threads > 0) at::set_num_threads(engine.num_threads);
-    at::ScalarType dtype = parse_dtype(engine.dtype);
-    at::Device device = parse_device(engine.device);
-
-    ModelConfig config = is_gguf_checkpoint(model_dir) ? gguf_model_config(GgufFile(model_dir))
-                                                       : load_model_config(model_dir);
     auto impl = std::make_unique<Impl>();
-    ModelInfo& info = impl->info;
-    info.architecture = config.architecture;
-    info.model_dir = model_dir;
-    info.device = device.str();
-    info.dtype = engine.dtype;
-    info.num_layers = config.num_hidden_layers;
-    info.hidden_size = config.hidden_size;
-    info.num_attention_heads = config.num_attention_heads;
-    info.num_key_value_heads = config.num_key_value_heads;
-    info.head_dim = config.head_dim;
-    info.vocab_size = config.vocab_size;
-    info.max_position_embeddings = config.max_position_embeddings;
-    info.eos_token_ids = config.eos_token_ids;
-    info.cpu_isa = cpu_isa_name(cpu_isa());
-    Transformer::Quantization quantize = parse_quantize(engine.quantize, engine.quantize_lm_head);
-    // "auto" keeps a GGUF's blocks where the engine's CPU kernels can read them; elsewhere it is "none".
-    if (quantize.mode == Transformer::Quantization::Mode::kAuto && !device.is_cpu()) {
-        quantize.mode = Transformer::Quantization::Mode::kNone;
-    }
-    try {
-        impl->transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
-                                                          parse_linear_kernel(engine.linear_kernel),
-                                                          quantize);
-        const Transformer& t = *impl->transformer;
-        info.quantize = !t.quantized() ? "none" : engine.quantize == "auto" ? "gguf" : engine.quantize;
-        info.quantize_lm_head = t.lm_head_quantized();
-        info.weight_notes = t.weight_notes();
-        info.weight_bytes = t.weight_bytes();
-        info.packed_weights = impl->transformer->packed_weights();
-        info.linear_kernel = linear_kernel_name(impl->transformer->linear_kernel());
-        info.linear_kernel_skipped = impl->transformer->linear_kernel_skipped();
-    } catch (const c10::Error& e) {
-        throw ModelLoadError(model_dir + ": loading weights failed: " + e.what_without_backtrace());
-    }
-    info.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    impl->transformer = load_transformer(model_dir, engine, &impl->info);
+    impl->info.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
 
@@ -254,15 +136,26 @@ static void check_prompt(const std::vector<TokenId>& prompt, int vocab_size) {
     }
 }
 
-static DecodeRequest make_request(const ModelInfo& info, const std::vector<TokenId>& prompt,
-                                  const GenerationConfig& gen) {
+// The request of one generate() call, validated: gen's fields, the prompt and stop ids against the
+// vocabulary, and the KV room for prompt + max_new_tokens + the widest step (`tokens_per_step`).
+static DecodeRequest make_request(const ModelInfo& info, int kv_capacity, const std::vector<TokenId>& prompt,
+                                  const GenerationConfig& gen, int tokens_per_step) {
     gen.validate();
     check_prompt(prompt, info.vocab_size);
-    for (TokenId id : gen.stop_token_ids) {
-        if (id < 0 || id >= info.vocab_size) {
-            throw ConfigError("stop_token_ids must hold token ids in [0, " +
+    for (size_t i = 0; i < gen.stop_token_ids.size(); ++i) {
+        const TokenId id = gen.stop_token_ids[i];
+        if (id >= info.vocab_size) {  // >= 0 checked by gen.validate()
+            throw ConfigError("stop_token_ids[" + std::to_string(i) + "] must be a token id in [0, " +
                               std::to_string(info.vocab_size) + ") (got " + std::to_string(id) + ")");
         }
+    }
+    const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+    const int64_t needed = prompt_len + gen.max_new_tokens + tokens_per_step;
+    if (needed > kv_capacity) {
+        throw ConfigError("prompt (" + std::to_string(prompt_len) + " tokens) + max_new_tokens (" +
+                          std::to_string(gen.max_new_tokens) + ") + tokens per step (" +
+                          std::to_string(tokens_per_step) + ") = " + std::to_string(needed) +
+                          " must be <= kv_capacity (" + std::to_string(kv_capacity) + ")");
     }
     DecodeRequest req;
     req.prompt = prompt;
@@ -291,7 +184,7 @@ GenerationResult Session::Impl::run(DecodeRequest& req, const GenerationConfig& 
     at::InferenceMode guard;
     GenerationResult result = run_decode(s.step_model, req, on_tokens);
     s.context = req.prompt;
-    if (!result.tokens.empty()) s.context.insert(s.context.end(), result.tokens.begin(), result.tokens.end() - 1);
+    if (!result.token_ids.empty()) s.context.insert(s.context.end(), result.token_ids.begin(), result.token_ids.end() - 1);
     PYLA_CHECK(static_cast<int>(s.context.size()) == s.step_model.kv_len(),
                "cache holds " << s.step_model.kv_len() << " rows, context " << s.context.size());
     return result;
@@ -301,9 +194,9 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
                                    const std::optional<LookaheadConfig>& lookahead,
                                    const OnTokens& on_tokens) {
     BusyGuard busy(impl_->busy, "generate");
-    gen.validate();
     if (lookahead) lookahead->validate();
-    DecodeRequest req = make_request(impl_->model->info(), prompt, gen);
+    DecodeRequest req = make_request(impl_->model->info(), kv_capacity(), prompt, gen,
+                                     lookahead ? lookahead->tokens_per_step() : 1);
     req.lookahead = lookahead;
     if (lookahead && lookahead->tree()) {
         // A draft tree sizes each step by the step-cost table (measured on first use).
@@ -316,12 +209,12 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
 GenerationResult Session::generate(const std::vector<TokenId>& prompt, const GenerationConfig& gen,
                                    const AutoLookahead& lookahead, const OnTokens& on_tokens) {
     BusyGuard busy(impl_->busy, "generate");
-    gen.validate();
     lookahead.validate();
-    DecodeRequest req = make_request(impl_->model->info(), prompt, gen);
+    // Room for greedy steps at least; the lookahead steps are capped to what fits below.
+    DecodeRequest req = make_request(impl_->model->info(), kv_capacity(), prompt, gen, 1);
     impl_->calibrate();
     // Tokens per step: within the calibrated range, the option's cap and the KV room left
-    // after prompt + max_new_tokens (at least 1: a greedy step, which run_decode checks).
+    // after prompt + max_new_tokens (at least 1: a greedy step, checked above).
     int max_tokens = impl_->planner.costs().max_tokens();
     if (lookahead.max_tokens_per_step > 0) max_tokens = std::min(max_tokens, lookahead.max_tokens_per_step);
     const int64_t room = static_cast<int64_t>(kv_capacity()) - static_cast<int64_t>(prompt.size()) -
@@ -390,145 +283,21 @@ void Session::reset() {
 
 int Session::cached_tokens() const { return static_cast<int>(impl_->context.size()); }
 
-int64_t Session::pool_size() const {
-    std::lock_guard<std::mutex> lock(impl_->pool->mutex);
-    return impl_->pool->pool.size();
-}
-
-namespace {
-
-constexpr char kPoolMagic[8] = {'P', 'Y', 'L', 'A', 'P', 'O', 'O', 'L'};
-// 2: entries carry their context (NgramPool::kContextLen ids); 3: the pool's texts follow it.
-constexpr uint32_t kPoolVersion = 3;
-
-uint32_t read_u32(std::istream& in, const std::string& path, const char* field) {
-    uint32_t v = 0;
-    if (!read_u32_le(in, &v)) {
-        throw ConfigError(path + ": not a pylookahead pool file (truncated before " + field + ")");
-    }
-    return v;
-}
-
-}  // namespace
+int64_t Session::pool_size() const { return impl_->pool->size(); }
 
 void Session::save_pool(const std::string& path) const {
     const ModelInfo& info = impl_->model->info();
-    std::ostringstream body;
-    {
-        std::lock_guard<std::mutex> lock(impl_->pool->mutex);
-        impl_->pool->pool.write(body);
-        // The texts a larger N rebuilds the pool from (SharedPool::pool_from_texts).
-        write_u32_le(body, static_cast<uint32_t>(impl_->pool->texts.size()));
-        for (const std::vector<TokenId>& text : impl_->pool->texts) {
-            write_u32_le(body, static_cast<uint32_t>(text.size()));
-            for (TokenId id : text) write_u32_le(body, static_cast<uint32_t>(id));
-        }
-    }
-    // Written to a temporary file beside the file it replaces, then renamed over it: a reader never
-    // sees half a file. A symlink is followed (the file it points to is replaced, the link stays);
-    // anything there that is not a regular file is refused, never replaced.
-    std::string target = path;
-    struct stat st {};
-    if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-        char* resolved = ::realpath(path.c_str(), nullptr);
-        if (resolved == nullptr) {
-            throw ConfigError("path: '" + path + "' is a symlink to a missing file or directory");
-        }
-        target = resolved;
-        std::free(resolved);
-    }
-    if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-        throw ConfigError("path: '" + path + "' exists and is not a regular file (refusing to replace it)");
-    }
-    const std::string tmp = target + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) throw ConfigError("path: cannot write the pool file '" + tmp + "'");
-        out.write(kPoolMagic, sizeof(kPoolMagic));
-        write_u32_le(out, kPoolVersion);
-        write_u32_le(out, static_cast<uint32_t>(info.vocab_size));
-        write_u32_le(out, static_cast<uint32_t>(info.architecture.size()));
-        out.write(info.architecture.data(), static_cast<std::streamsize>(info.architecture.size()));
-        const std::string data = body.str();
-        out.write(data.data(), static_cast<std::streamsize>(data.size()));
-        out.flush();
-        if (!out) throw ConfigError("path: writing the pool file '" + tmp + "' failed");
-    }
-    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
-        std::remove(tmp.c_str());
-        throw ConfigError("path: cannot rename '" + tmp + "' to '" + target + "'");
-    }
+    write_pool_file(path, *impl_->pool, PoolFileOwner{info.vocab_size, info.architecture});
 }
 
 void Session::load_pool(const std::string& path) {
     BusyGuard busy(impl_->busy, "load_pool");
     const ModelInfo& info = impl_->model->info();
-    // Read whole (pool files are at most a few MiB) from a regular file: a FIFO would block.
-    const std::optional<std::string> data = read_regular_file(path, FileError::kConfig, true);
-    if (!data) throw ConfigError("path: cannot open the pool file '" + path + "' (missing)");
-    std::istringstream in(*data);
-    char magic[sizeof(kPoolMagic)] = {};
-    if (!in.read(magic, sizeof(magic)) || std::memcmp(magic, kPoolMagic, sizeof(magic)) != 0) {
-        throw ConfigError(path + ": not a pylookahead pool file (magic must be 'PYLAPOOL')");
-    }
-    const uint32_t version = read_u32(in, path, "version");
-    if (version < 1 || version > kPoolVersion) {  // 1: entries without contexts; 2: no texts
-        throw ConfigError(path + ": pool file version must be 1, 2 or " +
-                          std::to_string(kPoolVersion) + " (got " + std::to_string(version) + ")");
-    }
-    const uint32_t vocab = read_u32(in, path, "vocab_size");
-    if (vocab != static_cast<uint32_t>(info.vocab_size)) {
-        throw ConfigError(path + ": pool vocab_size must equal the model's " +
-                          std::to_string(info.vocab_size) + " (got " + std::to_string(vocab) + ")");
-    }
-    const uint32_t arch_len = read_u32(in, path, "architecture");
-    if (arch_len > 256) {
-        throw ConfigError(path + ": pool architecture name length must be <= 256 (got " +
-                          std::to_string(arch_len) + ")");
-    }
-    std::string arch(arch_len, '\0');
-    if (!in.read(arch.data(), arch_len)) {
-        throw ConfigError(path + ": not a pylookahead pool file (truncated in architecture)");
-    }
-    if (arch != info.architecture) {
-        throw ConfigError(path + ": pool architecture must equal the model's '" +
-                          info.architecture + "' (got '" + arch + "')");
-    }
-    NgramPool pool = NgramPool::read(in, path, info.vocab_size, /*with_contexts=*/version >= 2);
-    SharedPool texts;  // only its texts are used
-    if (version >= 3) {
-        const uint32_t count = read_u32(in, path, "text count");
-        for (uint32_t t = 0; t < count; ++t) {
-            const uint32_t len = read_u32(in, path, "text length");
-            if (len < 1 || len > SharedPool::kMaxTextTokens) {
-                throw ConfigError(path + ": pool text length must be in [1, " +
-                                  std::to_string(SharedPool::kMaxTextTokens) + "] (got " +
-                                  std::to_string(len) + " in text " + std::to_string(t) + ")");
-            }
-            std::vector<TokenId> text(len);
-            for (uint32_t i = 0; i < len; ++i) {
-                const uint32_t id = read_u32(in, path, "text token id");
-                if (id >= static_cast<uint32_t>(info.vocab_size)) {
-                    throw ConfigError(path + ": pool text token id must be < vocab_size " +
-                                      std::to_string(info.vocab_size) + " (got " +
-                                      std::to_string(id) + " in text " + std::to_string(t) + ")");
-                }
-                text[i] = static_cast<TokenId>(id);
-            }
-            texts.add_text(std::move(text));  // keeps the newest kMaxTextTokens, as saving did
-        }
-    }
-    if (in.peek() != std::char_traits<char>::eof()) {
-        throw ConfigError(path + ": trailing bytes after the pool data");
-    }
+    auto [pool, texts] = read_pool_file(path, PoolFileOwner{info.vocab_size, info.architecture});
+    // The texts belong to the pool they came with: a file without texts leaves none.
+    impl_->pool->replace(std::move(pool), std::move(texts));
     // Auto's replays start from what the loaded pool's texts hold, as a run keeping it would.
-    impl_->shadow.seed_pools(texts);
-    std::lock_guard<std::mutex> lock(impl_->pool->mutex);
-    impl_->pool->pool = std::move(pool);
-    // The texts belong to the pool they came with: a file without texts leaves none (before, the
-    // session's own texts stayed, and a larger N rebuilt the pool from them, dropping the loaded one).
-    impl_->pool->texts = std::move(texts.texts);
-    impl_->pool->text_tokens = texts.text_tokens;
+    impl_->shadow.seed_pools(*impl_->pool);
 }
 
 void Session::share_pool(Session& other) {
@@ -542,7 +311,6 @@ void Session::share_pool(Session& other) {
                           ", " + std::to_string(theirs.vocab_size) + ")");
     }
     impl_->pool = other.impl_->pool;
-    std::lock_guard<std::mutex> lock(impl_->pool->mutex);
     impl_->shadow.seed_pools(*impl_->pool);  // what the shared pool's texts hold now
 }
 

@@ -112,7 +112,7 @@ GenerationResult run(StepModel& lm, const Tokens& text, int prompt_len, int max_
 void check_counts(const GenerationResult& r) {
     const GenerationStats& s = r.stats;
     expect_histogram_adds_up(s);
-    EXPECT_EQ(s.new_tokens, static_cast<int64_t>(r.tokens.size()));
+    EXPECT_EQ(s.new_tokens, static_cast<int64_t>(r.token_ids.size()));
 }
 
 TEST(AutoDecode, ScriptedSwitchesKeepGreedyOutput) {
@@ -126,7 +126,7 @@ TEST(AutoDecode, ScriptedSwitchesKeepGreedyOutput) {
                 OracleLm lm(text, kVocab, 4096);
                 ScriptedPolicy policy(script, every);
                 const GenerationResult r = run(lm, text, prompt_len, max_new, &policy);
-                ASSERT_EQ(r.tokens, expected(text, prompt_len, max_new, {}))
+                ASSERT_EQ(r.token_ids, expected(text, prompt_len, max_new, {}))
                     << "every " << every << " prompt " << prompt_len;
                 check_counts(r);
                 EXPECT_EQ(policy.emitted_, Tokens(text.begin(), text.begin() + prompt_len + max_new));
@@ -151,13 +151,13 @@ TEST(AutoDecode, ScriptedSwitchesCutExactlyAtEndIdsAndLength) {
         for (int m = 1; m <= 30; ++m) {
             OracleLm lm(text, kVocab, 4096);
             ScriptedPolicy policy(script, every);
-            EXPECT_EQ(run(lm, text, 20, m, &policy).tokens, expected(text, 20, m, {})) << m;
+            EXPECT_EQ(run(lm, text, 20, m, &policy).token_ids, expected(text, 20, m, {})) << m;
         }
         for (TokenId end : {31, 33, 36}) {
             OracleLm lm(text, kVocab, 4096);
             ScriptedPolicy policy(script, every);
             const GenerationResult r = run(lm, text, 20, 100, &policy, {end});
-            EXPECT_EQ(r.tokens, expected(text, 20, 100, {end}));
+            EXPECT_EQ(r.token_ids, expected(text, 20, 100, {end}));
             EXPECT_EQ(r.stop_reason, StopReason::kEndToken);
         }
     }
@@ -204,7 +204,7 @@ TEST(AutoDecode, CheapStepsOnRepetitiveTextUseLookahead) {
     planner.costs().set_table(table(cost));
     const Tokens text = periodic_text(400);
     const AutoRun r = run_auto(&planner, text, 40, 300, cost);
-    EXPECT_EQ(r.result.tokens, expected(text, 40, 300, {}));
+    EXPECT_EQ(r.result.token_ids, expected(text, 40, 300, {}));
     check_counts(r.result);
     const auto& d = r.result.stats.auto_decisions;
     ASSERT_GE(d.size(), 1u);
@@ -220,7 +220,7 @@ TEST(AutoDecode, ExpensiveStepsStayGreedy) {
     planner.costs().set_table(table(cost));
     const Tokens text = periodic_text(400);
     const AutoRun r = run_auto(&planner, text, 40, 300, cost);
-    EXPECT_EQ(r.result.tokens, expected(text, 40, 300, {}));
+    EXPECT_EQ(r.result.token_ids, expected(text, 40, 300, {}));
     EXPECT_EQ(r.result.stats.lookahead_steps, 0);
     ASSERT_EQ(r.result.stats.auto_decisions.size(), 1u);
     EXPECT_TRUE(r.result.stats.auto_decisions[0].greedy());
@@ -243,7 +243,7 @@ TEST(AutoDecode, FallsBackMidGenerationAndProbesAgainExactly) {
                                        if (call == 30) lm.set_cost(dear);
                                        if (call == 400) lm.set_cost(cheap);
                                    });
-        ASSERT_EQ(r.result.tokens, expected(text, 40, 1000, {}));
+        ASSERT_EQ(r.result.token_ids, expected(text, 40, 1000, {}));
         check_counts(r.result);
         const auto& d = r.result.stats.auto_decisions;
         bool fell_back = false, probed_after = false;
@@ -272,7 +272,7 @@ TEST(AutoDecode, VerificationOnlyChoicesRunAsDraftTrees) {
             AutoLookahead options;
             options.tree_rows = rows;
             const AutoRun r = run_auto(&planner, text, 40, 600, cost, options);
-            ASSERT_EQ(r.result.tokens, expected(text, 40, 600, {})) << "tree_rows " << rows;
+            ASSERT_EQ(r.result.token_ids, expected(text, 40, 600, {})) << "tree_rows " << rows;
             check_counts(r.result);
             const GenerationStats& s = r.result.stats;
             EXPECT_EQ(s.accept_histogram.size(), static_cast<size_t>(std::max(7, rows + 2)));
@@ -296,13 +296,13 @@ TEST(AutoDecode, KvRoomCapsTheTokensPerStep) {
     request.policy = &ctl;
     request.clock = lm.clock();
     const GenerationResult r = run_decode(lm, request, nullptr);
-    EXPECT_EQ(r.tokens, expected(text, 40, 100, {}));
+    EXPECT_EQ(r.token_ids, expected(text, 40, 100, {}));
     for (const AutoDecision& d : r.stats.auto_decisions) {
         EXPECT_LE((d.window_size + d.verification_set_size) * (d.ngram_size - 1), 12);
     }
     AutoController too_wide(planner, {}, 13);
-    request.policy = &too_wide;
-    EXPECT_THROW(run_decode(lm, request, nullptr), ConfigError);
+    request.policy = &too_wide;  // Session::generate caps the policy to the room; the loop checks it
+    EXPECT_THROW(run_decode(lm, request, nullptr), InternalError);
 }
 
 // Accepts any tokens (the calibration's are dummies); only keeps the cache length and the clock.

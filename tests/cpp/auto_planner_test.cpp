@@ -335,7 +335,7 @@ TEST(HistoryShadow, ReplayStepsLikeARealVerificationOnlyRun) {
         request.max_new_tokens = max_new;
         request.lookahead = config;
         const GenerationResult real = run_decode(lm, request, nullptr);
-        ASSERT_EQ(real.tokens, std::vector<TokenId>(text.begin() + prompt_len,
+        ASSERT_EQ(real.token_ids, std::vector<TokenId>(text.begin() + prompt_len,
                                                     text.begin() + prompt_len + max_new));
 
         // The real steps take keys in [prompt_len, prompt_len + max_new - 2]; the replay records
@@ -377,7 +377,7 @@ TEST(HistoryShadow, KeptPoolsReplayLikeARealRunThatKeepsItsPool) {
             request.pool = pool;
             request.keep_pool = true;
             const GenerationResult real = run_decode(lm, request, nullptr);
-            ASSERT_EQ(real.tokens, std::vector<TokenId>(text->begin() + prompt_len,
+            ASSERT_EQ(real.token_ids, std::vector<TokenId>(text->begin() + prompt_len,
                                                         text->begin() + prompt_len + max_new));
             real_steps.push_back(real.stats.steps);
             ReplayStats replay;
@@ -412,7 +412,7 @@ TEST(HistoryShadow, SeededPoolsReplayLikeARealRunOnALoadedPool) {
         auto pool = std::make_shared<SharedPool>();
         pool->add_text(
             std::vector<TokenId>(first_text.begin(), first_text.begin() + prompt_len + max_new));
-        pool->pool = pool->pool_from_texts(1, NgramPool::kept_per_key(1));
+        pool->replace(pool->pool_from_texts(1, NgramPool::kept_per_key(1)), pool->texts());
         OracleLm lm(second_text, 64, 1024);
         DecodeRequest request;
         request.prompt.assign(second_text.begin(), second_text.begin() + prompt_len);
@@ -424,7 +424,7 @@ TEST(HistoryShadow, SeededPoolsReplayLikeARealRunOnALoadedPool) {
         HistoryShadow seeded;
         seeded.seed_pools(*pool);  // before the run adds its own text to the pool
         const GenerationResult real = run_decode(lm, request, nullptr);
-        ASSERT_EQ(real.tokens, std::vector<TokenId>(second_text.begin() + prompt_len,
+        ASSERT_EQ(real.token_ids, std::vector<TokenId>(second_text.begin() + prompt_len,
                                                     second_text.begin() + prompt_len + max_new));
         ReplayStats replay, cold_replay;
         HistoryShadow cold;

@@ -65,7 +65,7 @@ TEST(GenerationConfigValidate, Rules) {
         g.validate();
         FAIL();
     } catch (const ConfigError& e) {
-        EXPECT_EQ(std::string(e.what()), "stop_token_ids must be >= 0 (got -3 at index 1)");
+        EXPECT_EQ(std::string(e.what()), "stop_token_ids[1] must be >= 0 (got -3)");
     }
 }
 

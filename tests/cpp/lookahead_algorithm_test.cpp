@@ -58,7 +58,8 @@ TEST(LookaheadAlgorithm, UpdateVerifiesCommitsAndSlides) {
     EXPECT_EQ(out.commit_rows, (std::vector<int32_t>{0, 4, 5}));
     EXPECT_EQ(algo.window().cells(), (Tokens{0, b1, 50, 51}));
     // Seeding added (2 4 8), the n-gram ending in the last emitted token, as the newest for 2.
-    const NgramPool::Candidates c = algo.pool().find(2);
+    const NgramPool pool = algo.pool();
+    const NgramPool::Candidates c = pool.find(2);
     ASSERT_GE(c.count, 1);
     EXPECT_EQ(Tokens(c.tokens + (c.count - 1) * 2, c.tokens + c.count * 2), (Tokens{4, 8}));
     EXPECT_EQ(c.sources[c.count - 1], NgramSource::kSeed);

@@ -55,7 +55,7 @@ Decoded decode(const Tokens& text, int prompt_len, int max_new_tokens,
 // Counters that must agree with the tokens whatever the configuration.
 void check_stats(const Decoded& run, int max_accept) {
     const GenerationStats& s = run.result.stats;
-    EXPECT_EQ(s.new_tokens, static_cast<int64_t>(run.result.tokens.size()));
+    EXPECT_EQ(s.new_tokens, static_cast<int64_t>(run.result.token_ids.size()));
     ASSERT_EQ(s.accept_histogram.size(), static_cast<size_t>(max_accept + 1));
     EXPECT_EQ(s.accept_histogram[0], 0);
     expect_histogram_adds_up(s);
@@ -64,7 +64,7 @@ void check_stats(const Decoded& run, int max_accept) {
     EXPECT_EQ(run.chunks.size(), static_cast<size_t>(s.steps + 1));
     Tokens joined;
     for (const Tokens& c : run.chunks) joined.insert(joined.end(), c.begin(), c.end());
-    EXPECT_EQ(joined, run.result.tokens);
+    EXPECT_EQ(joined, run.result.token_ids);
 }
 
 class LookaheadOracle : public ::testing::TestWithParam<std::tuple<int, int, int>> {
@@ -76,8 +76,8 @@ class LookaheadOracle : public ::testing::TestWithParam<std::tuple<int, int, int
         const Tokens want = expected(text, prompt_len, max_new, {});
         const Decoded greedy = decode(text, prompt_len, max_new, std::nullopt);
         const Decoded look = decode(text, prompt_len, max_new, config);
-        EXPECT_EQ(greedy.result.tokens, want);
-        EXPECT_EQ(look.result.tokens, want);
+        EXPECT_EQ(greedy.result.token_ids, want);
+        EXPECT_EQ(look.result.token_ids, want);
         EXPECT_EQ(look.result.stop_reason, StopReason::kMaxNewTokens);
         EXPECT_EQ(greedy.result.stats.steps, max_new - 1);
         check_stats(greedy, 1);
@@ -88,13 +88,13 @@ class LookaheadOracle : public ::testing::TestWithParam<std::tuple<int, int, int
         // Every cut by max_new_tokens and by an end id: exact, never longer, end id included.
         for (int m = 1; m <= 30; ++m) {
             const Decoded r = decode(text, prompt_len, m, config);
-            EXPECT_EQ(r.result.tokens, expected(text, prompt_len, m, {})) << "max_new_tokens " << m;
+            EXPECT_EQ(r.result.token_ids, expected(text, prompt_len, m, {})) << "max_new_tokens " << m;
             check_stats(r, N);
         }
         for (int i = 0; i < 30; ++i) {
             const Tokens ends = {text[prompt_len + i]};
             const Decoded r = decode(text, prompt_len, max_new, config, ends);
-            EXPECT_EQ(r.result.tokens, expected(text, prompt_len, max_new, ends))
+            EXPECT_EQ(r.result.token_ids, expected(text, prompt_len, max_new, ends))
                 << "end id " << ends[0];
             EXPECT_EQ(r.result.stop_reason, StopReason::kEndToken);
             check_stats(r, N);
@@ -114,7 +114,7 @@ TEST_P(LookaheadOracle, PeriodicTextEqualsGreedyAndCompresses) {
     if (G == 0) return;
     const int max_new = 120;
     const Decoded r = decode(text, 20, max_new, config_of(W, N, G));
-    EXPECT_EQ(r.result.tokens, expected(text, 20, max_new, {}));
+    EXPECT_EQ(r.result.token_ids, expected(text, 20, max_new, {}));
     // Every n-gram of the continuation is in the prompt, so a step emits N tokens (N - 1
     // accepted + bonus) unless harvested window n-grams evicted the seeded one (small G).
     const int64_t ideal = (max_new - 1 + N - 1) / N;
@@ -147,7 +147,7 @@ TEST(LookaheadOracleCases, LongestCandidateWinsOverAPartialOne) {
     //                  prompt: 0  1  2  3  4  5  6  7  8  9 10 11 | continuation
     const Tokens text = {5, 1, 2, 3, 4, 6, 1, 2, 3, 7, 8, 6, 1, 2, 3, 7, 9, 10, 11, 12, 13};
     const Decoded r = decode(text, 12, 8, config_of(1, 4, 2));
-    EXPECT_EQ(r.result.tokens, expected(text, 12, 8, {}));
+    EXPECT_EQ(r.result.token_ids, expected(text, 12, 8, {}));
     ASSERT_GE(r.chunks.size(), 2u);
     EXPECT_EQ(r.chunks[0], (Tokens{1}));           // prefill
     EXPECT_EQ(r.chunks[1], (Tokens{2, 3, 7, 9}));  // (2 3 7) accepted + bonus 9
@@ -157,7 +157,7 @@ TEST(LookaheadOracleCases, LongestCandidateWinsOverAPartialOne) {
 TEST(LookaheadOracleCases, PartialMatchEndsWithTheCorrection) {
     const Tokens text = {5, 1, 2, 3, 4, 6, 1, 2, 3, 7, 8, 9, 10, 11, 12, 13};
     const Decoded r = decode(text, 6, 8, config_of(1, 4, 1));
-    EXPECT_EQ(r.result.tokens, expected(text, 6, 8, {}));
+    EXPECT_EQ(r.result.token_ids, expected(text, 6, 8, {}));
     ASSERT_GE(r.chunks.size(), 2u);
     EXPECT_EQ(r.chunks[1], (Tokens{2, 3, 7}));  // (2 3 4): 2 3 accepted, 7 corrects 4
     EXPECT_EQ(r.result.stats.accept_histogram[3], 1);
@@ -167,7 +167,7 @@ TEST(LookaheadOracleCases, EndIdInsideAnAcceptedRunIsKeptAndCuts) {
     const Tokens text = periodic_text(60);  // 30 31 32 33 34 35 36 30 ...
     // Prefill gives 30 (position 14); step 1 accepts (31 32 33) + bonus 34, cut at 32.
     const Decoded r = decode(text, 14, 40, config_of(2, 4, 2), {32, 99});
-    EXPECT_EQ(r.result.tokens, (Tokens{30, 31, 32}));
+    EXPECT_EQ(r.result.token_ids, (Tokens{30, 31, 32}));
     EXPECT_EQ(r.result.stop_reason, StopReason::kEndToken);
     EXPECT_EQ(r.result.stats.steps, 1);
     EXPECT_EQ(r.result.stats.accept_histogram[2], 1);
@@ -176,7 +176,7 @@ TEST(LookaheadOracleCases, EndIdInsideAnAcceptedRunIsKeptAndCuts) {
 TEST(LookaheadOracleCases, MaxNewTokensInsideAnAcceptedRunCuts) {
     const Tokens text = periodic_text(60);
     const Decoded r = decode(text, 14, 3, config_of(2, 4, 2));
-    EXPECT_EQ(r.result.tokens, (Tokens{30, 31, 32}));
+    EXPECT_EQ(r.result.token_ids, (Tokens{30, 31, 32}));
     EXPECT_EQ(r.result.stop_reason, StopReason::kMaxNewTokens);
     EXPECT_EQ(r.chunks, (std::vector<Tokens>{{30}, {31, 32}}));
 }
@@ -184,11 +184,11 @@ TEST(LookaheadOracleCases, MaxNewTokensInsideAnAcceptedRunCuts) {
 TEST(LookaheadOracleCases, FirstTokenCanEndGeneration) {
     const Tokens text = periodic_text(60);
     const Decoded r = decode(text, 14, 10, config_of(2, 4, 2), {30});
-    EXPECT_EQ(r.result.tokens, (Tokens{30}));
+    EXPECT_EQ(r.result.token_ids, (Tokens{30}));
     EXPECT_EQ(r.result.stop_reason, StopReason::kEndToken);
     EXPECT_EQ(r.result.stats.steps, 0);
     const Decoded g = decode(text, 14, 1, std::nullopt);
-    EXPECT_EQ(g.result.tokens, (Tokens{30}));
+    EXPECT_EQ(g.result.token_ids, (Tokens{30}));
     EXPECT_EQ(g.result.stop_reason, StopReason::kMaxNewTokens);
 }
 
@@ -210,41 +210,43 @@ TEST(LookaheadOracleCases, CallbackReturningFalseStopsAfterThatStep) {
         EXPECT_EQ(r.stop_reason, StopReason::kCallback);
         EXPECT_EQ(calls, 3);
         EXPECT_EQ(r.stats.steps, 2);
-        EXPECT_EQ(r.tokens, seen);
-        EXPECT_EQ(r.tokens, expected(text, 20, static_cast<int>(seen.size()), {}));
+        EXPECT_EQ(r.token_ids, seen);
+        EXPECT_EQ(r.token_ids, expected(text, 20, static_cast<int>(seen.size()), {}));
     }
 }
 
 TEST(LookaheadOracleCases, WindowHarvestAloneFindsRepeats) {
     const Tokens text = periodic_text(300);
     const Decoded r = decode(text, 3, 250, config_of(5, 3, 5, /*seed_from_prompt=*/false));
-    EXPECT_EQ(r.result.tokens, expected(text, 3, 250, {}));
+    EXPECT_EQ(r.result.token_ids, expected(text, 3, 250, {}));
     EXPECT_GT(r.result.stats.accepted_from_window, 0);
     EXPECT_EQ(r.result.stats.accepted_from_prompt, 0);
     EXPECT_LT(r.result.stats.steps, 249);
 }
 
-TEST(LookaheadOracleCases, CapacityTooSmallIsAConfigError) {
+// The loop's invariants: Session::generate validates users' requests (ConfigError, tested through
+// the public API in tests/python); a request that slips past it fails a check, never runs.
+TEST(LookaheadOracleCases, CapacityTooSmallFailsTheLoopsCheck) {
     const Tokens text = periodic_text(60);
     const LookaheadConfig config = config_of(4, 4, 4);  // T = 24
     try {
         decode(text, 10, 20, config, {}, /*capacity=*/10 + 20 + 23);
-        FAIL() << "expected ConfigError";
-    } catch (const ConfigError& e) {
+        FAIL() << "expected InternalError";
+    } catch (const InternalError& e) {
         EXPECT_NE(std::string(e.what()).find("kv_capacity"), std::string::npos) << e.what();
     }
     EXPECT_NO_THROW(decode(text, 10, 20, config, {}, /*capacity=*/10 + 20 + 24));
-    EXPECT_THROW(decode(text, 10, 20, std::nullopt, {}, /*capacity=*/10 + 20), ConfigError);
+    EXPECT_THROW(decode(text, 10, 20, std::nullopt, {}, /*capacity=*/10 + 20), InternalError);
     EXPECT_NO_THROW(decode(text, 10, 20, std::nullopt, {}, /*capacity=*/10 + 20 + 1));
 }
 
-TEST(LookaheadOracleCases, BadRequestsAreConfigErrors) {
+TEST(LookaheadOracleCases, BadRequestsFailTheLoopsChecks) {
     const Tokens text = periodic_text(60);
-    EXPECT_THROW(decode(text, 0, 5, std::nullopt), ConfigError);  // empty prompt
-    EXPECT_THROW(decode(text, 10, 0, std::nullopt), ConfigError);
-    EXPECT_THROW(decode(text, 10, 5, config_of(-1, 3, 1)), ConfigError);
-    EXPECT_THROW(decode(text, 10, 5, config_of(0, 3, 0)), ConfigError);  // W = 0 needs G >= 1
-    EXPECT_THROW(decode(text, 10, 5, config_of(2, 1, 1)), ConfigError);
+    EXPECT_THROW(decode(text, 0, 5, std::nullopt), InternalError);  // empty prompt
+    EXPECT_THROW(decode(text, 10, 0, std::nullopt), InternalError);
+    EXPECT_THROW(decode(text, 10, 5, config_of(-1, 3, 1)), InternalError);
+    EXPECT_THROW(decode(text, 10, 5, config_of(0, 3, 0)), InternalError);  // W = 0 needs G >= 1
+    EXPECT_THROW(decode(text, 10, 5, config_of(2, 1, 1)), InternalError);
 }
 
 }  // namespace

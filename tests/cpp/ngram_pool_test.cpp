@@ -1,9 +1,11 @@
 #include "lookahead/ngram_pool.h"
+#include "lookahead/shared_pool.h"
 
 #include <gtest/gtest.h>
 
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "pylookahead/errors.h"
@@ -127,13 +129,70 @@ TEST(SharedPool, TextsAreCappedAndRebuildAPoolOfAnyLength) {
     EXPECT_EQ(c.tokens[order[0] * 2 + 1], 9);  // its context (the 7 before the key) was kept
     // Beyond kMaxTextTokens the oldest texts go (the newest always stays).
     shared.add_text(std::vector<TokenId>(SharedPool::kMaxTextTokens - 5, 3));
-    EXPECT_EQ(shared.texts.size(), 2u);
-    EXPECT_EQ(shared.text_tokens, 4 + SharedPool::kMaxTextTokens - 5);
+    EXPECT_EQ(shared.texts().size(), 2u);
+    EXPECT_EQ(shared.text_tokens(), 4 + SharedPool::kMaxTextTokens - 5);
     shared.add_text(std::vector<TokenId>(SharedPool::kMaxTextTokens + 1, 3));
-    EXPECT_EQ(shared.texts.size(), 1u);
-    shared.clear_texts();
-    EXPECT_TRUE(shared.texts.empty());
-    EXPECT_EQ(shared.text_tokens, 0);
+    EXPECT_EQ(shared.texts().size(), 1u);
+    // A run that does not keep the pool empties it and its texts.
+    EXPECT_TRUE(shared.start_run(2, 4, /*keep=*/false).empty());
+    EXPECT_TRUE(shared.texts().empty());
+    EXPECT_EQ(shared.text_tokens(), 0);
+}
+
+TEST(SharedPool, StartRunRebuildsForALongerNAndReshapesOtherwise) {
+    SharedPool shared;
+    shared.write([](NgramPool& pool) {
+        pool = NgramPool(1, 4);
+        const TokenId gram[] = {2};
+        pool.insert(1, gram, NgramSource::kWindow);
+    });
+    shared.add_text({1, 2, 3, 4});
+    // Same N: the pool is kept as it is (the window's entry stays), the texts come back.
+    const SharedPool::Texts kept = shared.start_run(1, 4, /*keep=*/true);
+    ASSERT_EQ(kept.size(), 1u);
+    EXPECT_EQ(kept[0], (std::vector<TokenId>{1, 2, 3, 4}));
+    EXPECT_EQ(shared.snapshot().first.find(1).sources[0], NgramSource::kWindow);
+    // A longer N cannot come from cutting: rebuilt from the texts.
+    shared.start_run(2, 4, /*keep=*/true);
+    const NgramPool longer = shared.snapshot().first;
+    EXPECT_EQ(longer.ngram_len(), 2);
+    EXPECT_EQ(entries(longer, 1), (Rows{{2, 3}}));
+    EXPECT_EQ(entries(longer, 2), (Rows{{3, 4}}));
+    // A shorter N: the entries are cut.
+    shared.start_run(1, 4, /*keep=*/true);
+    EXPECT_EQ(entries(shared.snapshot().first, 1), (Rows{{2}}));
+}
+
+TEST(SharedPool, ReplaceCapsTheTextsAsAddTextDoes) {
+    SharedPool shared;
+    SharedPool::Texts texts;
+    texts.push_back(std::vector<TokenId>(10, 1));
+    texts.push_back(std::vector<TokenId>(SharedPool::kMaxTextTokens, 2));
+    shared.replace(NgramPool(3, 2), texts);
+    ASSERT_EQ(shared.texts().size(), 1u);  // the older text no longer fits
+    EXPECT_EQ(shared.texts()[0][0], 2);
+    EXPECT_EQ(shared.text_tokens(), SharedPool::kMaxTextTokens);
+    EXPECT_EQ(shared.snapshot().first.ngram_len(), 3);
+}
+
+// Two threads growing and reading one pool: every method locks, so no insert or text is lost.
+TEST(SharedPool, ParallelWritersLoseNothing) {
+    SharedPool shared;
+    shared.start_run(1, 4, /*keep=*/false);
+    auto writer = [&shared](TokenId base) {
+        for (TokenId k = 0; k < 2000; ++k) {
+            const TokenId gram[] = {k};
+            shared.write([&](NgramPool& pool) { pool.insert(base + k, gram, NgramSource::kSeed); });
+            if (k % 100 == 0) shared.add_text({base, k});
+            shared.read([&](const NgramPool& pool) { return pool.size(); });
+        }
+    };
+    std::thread a(writer, 0), b(writer, 100000);
+    a.join();
+    b.join();
+    EXPECT_EQ(shared.size(), 4000);
+    EXPECT_EQ(shared.texts().size(), 40u);
+    EXPECT_EQ(shared.text_tokens(), 80);
 }
 
 TEST(NgramPool, SelectRanksByMatchedContextThenRecency) {

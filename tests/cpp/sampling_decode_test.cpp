@@ -121,12 +121,12 @@ TEST(SampledDecode, LookaheadEqualsPlainSamplingForEverySeedAndConfig) {
             g.seed = seed;
             ChainLm plain_lm(1024);
             const GenerationResult plain = run(plain_lm, prompt, g, std::nullopt);
-            ASSERT_EQ(plain.tokens.size(), 96u);
+            ASSERT_EQ(plain.token_ids.size(), 96u);
             for (auto [W, N, G] : {std::tuple{1, 2, 1}, std::tuple{3, 3, 3}, std::tuple{4, 5, 2},
                                    std::tuple{2, 4, 0}, std::tuple{6, 3, 6}, std::tuple{0, 4, 3}}) {
                 ChainLm lm(1024);
                 const GenerationResult la = run(lm, prompt, g, lookahead(W, N, G));
-                ASSERT_EQ(la.tokens, plain.tokens)
+                ASSERT_EQ(la.token_ids, plain.token_ids)
                     << "seed " << seed << " T " << g.temperature << " top_k " << g.top_k
                     << " top_p " << g.top_p << " W,N,G " << W << "," << N << "," << G;
                 EXPECT_LE(la.stats.steps, plain.stats.steps);
@@ -156,7 +156,7 @@ TEST(SampledDecode, TreeLookaheadEqualsPlainSampling) {
             c->recycle_top_k = K;
             ChainLm lm(1024);
             const GenerationResult la = run(lm, prompt, g, c);
-            ASSERT_EQ(la.tokens, plain.tokens) << "seed " << seed << " W,G,R,S,K " << W << ","
+            ASSERT_EQ(la.token_ids, plain.token_ids) << "seed " << seed << " W,G,R,S,K " << W << ","
                                                << G << "," << R << "," << S << "," << K;
             for (size_t k = 2; k < la.stats.accept_histogram.size(); ++k) {
                 multi_token_steps += la.stats.accept_histogram[k];
@@ -169,8 +169,8 @@ TEST(SampledDecode, TreeLookaheadEqualsPlainSampling) {
 TEST(SampledDecode, DifferentSeedsGiveDifferentText) {
     const Tokens prompt = {1, 2, 3};
     ChainLm a(512), b(512);
-    EXPECT_NE(run(a, prompt, sampling(1, 1.5), std::nullopt).tokens,
-              run(b, prompt, sampling(2, 1.5), std::nullopt).tokens);
+    EXPECT_NE(run(a, prompt, sampling(1, 1.5), std::nullopt).token_ids,
+              run(b, prompt, sampling(2, 1.5), std::nullopt).token_ids);
 }
 
 // A callback stop that keeps only part of a multi-token chunk ends exactly where plain decoding
@@ -191,11 +191,11 @@ TEST(SampledDecode, CallbackStopInsideAChunkTruncatesExactly) {
         ChainLm plain_lm(1024), lm(1024);
         const GenerationResult plain = run(plain_lm, prompt, sampling(3), std::nullopt, 96, make_cb(&seen_plain));
         const GenerationResult la = run(lm, prompt, sampling(3), lookahead(5, 4, 5), 96, make_cb(&seen_la));
-        ASSERT_EQ(plain.tokens.size(), static_cast<size_t>(stop_at));
-        EXPECT_EQ(la.tokens, plain.tokens) << "stop_at " << stop_at;
+        ASSERT_EQ(plain.token_ids.size(), static_cast<size_t>(stop_at));
+        EXPECT_EQ(la.token_ids, plain.token_ids) << "stop_at " << stop_at;
         EXPECT_EQ(la.stop_reason, StopReason::kCallback);
         Tokens expected_cache = prompt;
-        expected_cache.insert(expected_cache.end(), la.tokens.begin(), la.tokens.end() - 1);
+        expected_cache.insert(expected_cache.end(), la.token_ids.begin(), la.token_ids.end() - 1);
         EXPECT_EQ(lm.cache(), expected_cache);
         EXPECT_EQ(plain_lm.cache(), expected_cache);
     }
@@ -216,20 +216,20 @@ TEST(SampledDecode, ReusedCachePrefixEqualsAFreshRun) {
         ChainLm lm(1024);
         const GenerationResult first = run(lm, turn1, sampling(11), la, 40);
         Tokens turn2 = turn1;
-        turn2.insert(turn2.end(), first.tokens.begin(), first.tokens.end());
+        turn2.insert(turn2.end(), first.token_ids.begin(), first.token_ids.end());
         turn2.insert(turn2.end(), {7, 7, 30});
         DecodeRequest r;
         r.prompt = turn2;
         r.max_new_tokens = 40;
         r.lookahead = la;
         r.sampling = sampling(11);
-        r.reuse_rows = static_cast<int>(turn1.size() + first.tokens.size() - 1);
+        r.reuse_rows = static_cast<int>(turn1.size() + first.token_ids.size() - 1);
         ASSERT_EQ(lm.kv_len(), r.reuse_rows);
         const GenerationResult second = run_decode(lm, r, nullptr);
         EXPECT_EQ(second.stats.reused_tokens, r.reuse_rows);
         EXPECT_EQ(second.stats.prompt_tokens, 4);
         ChainLm fresh_lm(1024);
-        EXPECT_EQ(second.tokens, run(fresh_lm, turn2, sampling(11), la, 40).tokens);
+        EXPECT_EQ(second.token_ids, run(fresh_lm, turn2, sampling(11), la, 40).token_ids);
     }
 }
 
@@ -238,7 +238,7 @@ TEST(SampledDecode, ReuseRowsMustLeaveAPromptTokenToRun) {
     DecodeRequest r;
     r.prompt = {1, 2, 3};
     r.reuse_rows = 3;
-    EXPECT_THROW(run_decode(lm, r, nullptr), ConfigError);
+    EXPECT_THROW(run_decode(lm, r, nullptr), InternalError);  // an invariant Session::run keeps
 }
 
 // keep_pool: a second generation starts from the first one's n-grams (and gets more accepted
@@ -258,27 +258,27 @@ TEST(SampledDecode, KeptPoolCarriesOverAndIsReshapedForAnotherN) {
         return run_decode(lm, r, nullptr);
     };
     const GenerationResult first = go(false, lookahead(4, 4, 4));
-    const int64_t size_after_first = pool->pool.size();
+    const int64_t size_after_first = pool->size();
     EXPECT_GT(size_after_first, 0);
     const GenerationResult again = go(true, lookahead(4, 4, 4));
-    EXPECT_EQ(again.tokens, first.tokens);
+    EXPECT_EQ(again.token_ids, first.token_ids);
     EXPECT_LT(again.stats.steps, first.stats.steps);  // the kept n-grams verify at once
-    EXPECT_GE(pool->pool.size(), size_after_first);
+    EXPECT_GE(pool->size(), size_after_first);
     const GenerationResult shorter = go(true, lookahead(4, 3, 4));  // reshaped to N = 3
-    EXPECT_EQ(shorter.tokens, first.tokens);
-    EXPECT_EQ(pool->pool.ngram_len(), 2);
+    EXPECT_EQ(shorter.token_ids, first.token_ids);
+    EXPECT_EQ(pool->snapshot().first.ngram_len(), 2);
     // A larger N than the pool's: rebuilt from the texts of the runs so far (cutting the 2-token
     // entries could not give 4), so the kept text still verifies at once.
-    EXPECT_EQ(pool->texts.size(), 3u);
+    EXPECT_EQ(pool->texts().size(), 3u);
     const GenerationResult longer = go(true, lookahead(4, 5, 4));
-    EXPECT_EQ(longer.tokens, first.tokens);
-    EXPECT_EQ(pool->pool.ngram_len(), 4);
+    EXPECT_EQ(longer.token_ids, first.token_ids);
+    EXPECT_EQ(pool->snapshot().first.ngram_len(), 4);
     const GenerationResult cold = go(false, lookahead(4, 5, 4));
-    EXPECT_EQ(cold.tokens, first.tokens);
+    EXPECT_EQ(cold.token_ids, first.token_ids);
     EXPECT_LT(longer.stats.steps, cold.stats.steps);
-    EXPECT_EQ(pool->texts.size(), 1u);  // not kept: the texts went with the pool
+    EXPECT_EQ(pool->texts().size(), 1u);  // not kept: the texts went with the pool
     go(false, lookahead(1, 2, 1));  // not kept: starts empty
-    EXPECT_LE(pool->pool.size(), 81 + 4);
+    EXPECT_LE(pool->size(), 81 + 4);
 }
 
 // Calibration runs its dummy rows after the cached context and leaves that context in place, so a
@@ -316,8 +316,8 @@ TEST(GreedyDecode, CallbackStopAfterKeepsAPrefixOfTheOracle) {
             seen += static_cast<int>(chunk.size());
             return seen >= stop_at ? StreamControl::stop_after(stop_at - before) : StreamControl(true);
         });
-        ASSERT_EQ(g.tokens.size(), static_cast<size_t>(stop_at));
-        EXPECT_TRUE(std::equal(g.tokens.begin(), g.tokens.end(), text.begin() + 100));
+        ASSERT_EQ(g.token_ids.size(), static_cast<size_t>(stop_at));
+        EXPECT_TRUE(std::equal(g.token_ids.begin(), g.token_ids.end(), text.begin() + 100));
         EXPECT_EQ(lm.kv_len(), 100 + stop_at - 1);
     }
 }

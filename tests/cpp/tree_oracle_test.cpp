@@ -85,18 +85,18 @@ TEST_P(TreeOracle, EqualsGreedyWithEveryCut) {
         const int max_new = static_cast<int>(text.size()) - prompt_len - 8;
         int forwards = 0;
         const GenerationResult r = decode(text, prompt_len, max_new, p, {}, &forwards);
-        EXPECT_EQ(r.tokens, expected(text, prompt_len, max_new, {}));
+        EXPECT_EQ(r.token_ids, expected(text, prompt_len, max_new, {}));
         EXPECT_EQ(forwards, 1 + r.stats.steps);
         check_counters(r, p);
         for (int m : {1, 2, 3, 5, 8, 13, 21, 34}) {
             const GenerationResult c = decode(text, prompt_len, m, p);
-            EXPECT_EQ(c.tokens, expected(text, prompt_len, m, {})) << "max_new_tokens " << m;
+            EXPECT_EQ(c.token_ids, expected(text, prompt_len, m, {})) << "max_new_tokens " << m;
             check_counters(c, p);
         }
         for (int i = 0; i < 20; i += 3) {
             const Tokens ends = {text[prompt_len + i]};
             const GenerationResult c = decode(text, prompt_len, max_new, p, ends);
-            EXPECT_EQ(c.tokens, expected(text, prompt_len, max_new, ends)) << "end id " << ends[0];
+            EXPECT_EQ(c.token_ids, expected(text, prompt_len, max_new, ends)) << "end id " << ends[0];
             EXPECT_EQ(c.stop_reason, StopReason::kEndToken);
         }
     }
@@ -107,7 +107,7 @@ TEST_P(TreeOracle, PeriodicTextCompresses) {
     const TreeParams p = GetParam();
     const Tokens text = periodic_text(400);
     const GenerationResult r = decode(text, 12, 300, p);
-    ASSERT_EQ(r.tokens, expected(text, 12, 300, {}));
+    ASSERT_EQ(r.token_ids, expected(text, 12, 300, {}));
     EXPECT_GT(r.stats.compression(), std::min(3.0, 0.5 * p.R)) << "steps " << r.stats.steps;
 }
 
@@ -153,7 +153,7 @@ TEST(TreeOracleCases, SuffixLookupAcceptsALongCopyInOneStep) {
         chunks.push_back(c);
         return true;
     });
-    EXPECT_EQ(r.tokens, expected(text, prompt_len, 14, {}));
+    EXPECT_EQ(r.token_ids, expected(text, prompt_len, 14, {}));
     ASSERT_GE(chunks.size(), 2u);
     EXPECT_EQ(chunks[1], (Tokens{11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 40}));
     EXPECT_EQ(r.stats.accepted_tokens_by_source[2], 10);
@@ -176,8 +176,8 @@ TEST(TreeOracleCases, SuffixLookupSearchesAKeptPoolsTexts) {
     };
     const GenerationResult first = run_once(false);
     const GenerationResult second = run_once(true);
-    EXPECT_EQ(first.tokens, expected(text, 20, 120, {}));
-    EXPECT_EQ(second.tokens, first.tokens);
+    EXPECT_EQ(first.token_ids, expected(text, 20, 120, {}));
+    EXPECT_EQ(second.token_ids, first.token_ids);
     EXPECT_LT(second.stats.steps * 3, first.stats.steps);
     const GenerationResult cleared = run_once(false);
     EXPECT_EQ(cleared.stats.steps, first.stats.steps);

@@ -47,7 +47,8 @@ def tiny_qwen2(tiny_model_factory: TinyModelFactory) -> Path:
 def smollm2_dir() -> Path:
     """The converted SmolLM2-135M-Instruct checkpoint, pulled into PYLOOKAHEAD_CACHE on first use (~93 MB)."""
     pytest.importorskip("transformers")
-    from pylookahead.models import DEFAULT_MODEL, pull
+    from pylookahead.catalog import DEFAULT_MODEL
+    from pylookahead.tools.models import pull
 
     return pull(DEFAULT_MODEL, progress=False)
 

@@ -39,11 +39,11 @@ def slow(seconds: float):
 @pytest.mark.parametrize("lookahead", LOOKAHEADS, ids=str)
 def test_agenerate_and_astream_equal_generate(model: Model, lookahead) -> None:
     session = Session(model)
-    ref = session.generate(PROMPT, 40, lookahead)
+    ref = session.generate(PROMPT, max_new_tokens=40, lookahead=lookahead)
 
     async def main():
-        out = await session.agenerate(PROMPT, 40, lookahead)
-        chunks = [c async for c in session.astream(PROMPT, 40, lookahead)]
+        out = await session.agenerate(PROMPT, max_new_tokens=40, lookahead=lookahead)
+        chunks = [c async for c in session.astream(PROMPT, max_new_tokens=40, lookahead=lookahead)]
         return out, chunks
 
     out, chunks = run(main())
@@ -66,7 +66,7 @@ def test_the_event_loop_runs_while_the_engine_decodes(model: Model) -> None:
                 ticks += 1
 
         task = asyncio.create_task(ticker())
-        out = await session.agenerate(PROMPT, 30, on_tokens=slow(0.01))
+        out = await session.agenerate(PROMPT, max_new_tokens=30, on_tokens=slow(0.01))
         task.cancel()
         return out, ticks
 
@@ -77,10 +77,10 @@ def test_the_event_loop_runs_while_the_engine_decodes(model: Model) -> None:
 
 def test_cancelling_agenerate_stops_after_the_step_and_leaves_the_session_usable(model: Model) -> None:
     session = Session(model)
-    ref = session.generate(PROMPT, 200)
+    ref = session.generate(PROMPT, max_new_tokens=200)
 
     async def main():
-        task = asyncio.create_task(session.agenerate(PROMPT, 200, on_tokens=slow(0.01)))
+        task = asyncio.create_task(session.agenerate(PROMPT, max_new_tokens=200, on_tokens=slow(0.01)))
         await asyncio.sleep(0.15)
         started = time.monotonic()
         task.cancel()
@@ -95,7 +95,7 @@ def test_cancelling_agenerate_stops_after_the_step_and_leaves_the_session_usable
     assert 0 < len(partial.token_ids) < 200
     assert partial.token_ids == ref.token_ids[: len(partial.token_ids)]
     # Not busy, and the next call is complete and exact.
-    assert run(session.agenerate(PROMPT, 200)).token_ids == ref.token_ids
+    assert run(session.agenerate(PROMPT, max_new_tokens=200)).token_ids == ref.token_ids
 
 
 def test_wait_for_timeout_cancels_cleanly(model: Model) -> None:
@@ -103,27 +103,27 @@ def test_wait_for_timeout_cancels_cleanly(model: Model) -> None:
 
     async def main():
         with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(session.agenerate(PROMPT, 200, on_tokens=slow(0.01)), 0.1)
-        return await session.agenerate(PROMPT, 5)
+            await asyncio.wait_for(session.agenerate(PROMPT, max_new_tokens=200, on_tokens=slow(0.01)), 0.1)
+        return await session.agenerate(PROMPT, max_new_tokens=5)
 
     assert len(run(main()).token_ids) == 5
 
 
 def test_timeout_s_stops_with_reason_timeout(model: Model) -> None:
     session = Session(model)
-    ref = session.generate(PROMPT, 200)
+    ref = session.generate(PROMPT, max_new_tokens=200)
     la = LookaheadConfig(window_size=2, ngram_size=3, verification_set_size=2)
-    out = run(session.agenerate(PROMPT, 200, la, on_tokens=slow(0.01), timeout_s=0.1))
+    out = run(session.agenerate(PROMPT, max_new_tokens=200, lookahead=la, on_tokens=slow(0.01), timeout_s=0.1))
     assert out.stop_reason == "timeout"
     assert 0 < len(out.token_ids) < 200
     assert out.token_ids == ref.token_ids[: len(out.token_ids)]
-    sync = session.generate(PROMPT, 200, on_tokens=slow(0.01), timeout_s=0.1)
+    sync = session.generate(PROMPT, max_new_tokens=200, on_tokens=slow(0.01), timeout_s=0.1)
     assert sync.stop_reason == "timeout" and sync.token_ids == ref.token_ids[: len(sync.token_ids)]
     # A deadline that is not reached changes nothing.
-    assert session.generate(PROMPT, 20, timeout_s=60.0).stop_reason == "max_new_tokens"
+    assert session.generate(PROMPT, max_new_tokens=20, timeout_s=60.0).stop_reason == "max_new_tokens"
 
     async def streamed_timeout():
-        chunks = [c async for c in session.astream(PROMPT, 200, timeout_s=1e-6)]
+        chunks = [c async for c in session.astream(PROMPT, max_new_tokens=200, timeout_s=1e-6)]
         return chunks, session.last_output
 
     chunks, last = run(streamed_timeout())
@@ -133,16 +133,16 @@ def test_timeout_s_stops_with_reason_timeout(model: Model) -> None:
 @pytest.mark.parametrize("value", [0, -1.0, float("nan"), "1", True])
 def test_bad_timeout_is_a_value_error(model: Model, value) -> None:
     with pytest.raises(ValueError, match="timeout_s"):
-        Session(model).generate(PROMPT, 5, timeout_s=value)
+        Session(model).generate(PROMPT, max_new_tokens=5, timeout_s=value)
 
 
 def test_leaving_astream_early_stops_and_frees_the_session(model: Model) -> None:
     session = Session(model)
-    ref = session.generate(PROMPT, 200)
+    ref = session.generate(PROMPT, max_new_tokens=200)
 
     async def main():
         got = []
-        async for chunk in session.astream(PROMPT, 200):
+        async for chunk in session.astream(PROMPT, max_new_tokens=200):
             got.extend(chunk.token_ids)
             if len(got) >= 5:
                 break
@@ -151,19 +151,19 @@ def test_leaving_astream_early_stops_and_frees_the_session(model: Model) -> None
     got = run(main())
     assert got == ref.token_ids[: len(got)]
     assert session.last_output.stop_reason == "callback"
-    assert run(session.agenerate(PROMPT, 200)).token_ids == ref.token_ids
+    assert run(session.agenerate(PROMPT, max_new_tokens=200)).token_ids == ref.token_ids
 
 
 def test_a_busy_session_raises_and_two_sessions_run_concurrently(model: Model) -> None:
     a, b = Session(model), Session(model)
-    refs = [a.generate(PROMPT, 40), a.generate(PROMPT[:8], 40)]
+    refs = [a.generate(PROMPT, max_new_tokens=40), a.generate(PROMPT[:8], max_new_tokens=40)]
 
     async def main():
-        first = asyncio.create_task(a.agenerate(PROMPT, 40, on_tokens=slow(0.002)))
+        first = asyncio.create_task(a.agenerate(PROMPT, max_new_tokens=40, on_tokens=slow(0.002)))
         await asyncio.sleep(0.01)
         with pytest.raises(SessionBusyError):
-            await a.agenerate(PROMPT, 5)
-        second = await b.agenerate(PROMPT[:8], 40)
+            await a.agenerate(PROMPT, max_new_tokens=5)
+        second = await b.agenerate(PROMPT[:8], max_new_tokens=40)
         return await first, second
 
     first, second = run(main())

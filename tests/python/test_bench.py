@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 import pylookahead
-from pylookahead import bench
-from pylookahead import datasets as ds
+from pylookahead import catalog
+from pylookahead.tools import bench
+from pylookahead.tools import datasets as ds
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -38,7 +39,7 @@ def test_mtbench_reader_counts_fields_checksum() -> None:
     }
     assert len({q["question_id"] for q in questions}) == 80
     path = ds.dataset_file("mtbench")
-    assert path.parent == pylookahead.models.cache_dir() / "datasets"
+    assert path.parent == catalog.cache_dir() / "datasets"
     assert ds._sha256(path.read_bytes()) == ds.MTBENCH.sha256
     assert path.stat().st_size == ds.MTBENCH.size
 

@@ -147,7 +147,7 @@ def _check_sampling_and_stream_stop(exe: Path, model_dir: Path) -> None:
              "--temperature", "0.8", "--top-k", "20", "--seed", "5", "--threads", "1"]  # fmt: skip
     out = _run_example(exe, [str(model_dir), "--ids", ",".join(map(str, PROMPT)), *flags])
     session = pylookahead.Session(model_dir, dtype="float64")
-    sampled = session.generate(PROMPT, 32, temperature=0.8, top_k=20, seed=5)
+    sampled = session.generate(PROMPT, max_new_tokens=32, temperature=0.8, top_k=20, seed=5)
     assert _ids(out["greedy_ids"]) == _ids(out["lookahead_ids"]) == sampled.token_ids
     assert sum(_ids(out["lookahead_chunks"])) == len(sampled.token_ids)
     stop = _run_example(exe, [str(model_dir), "--ids", ",".join(map(str, PROMPT)), *flags, "--stop-after", "11"])
@@ -221,7 +221,7 @@ def _check_quantized(exe: Path, model_dir: Path, tmp_path: Path) -> None:
         assert (out["quantize"], out["identical"]) == (expect, "yes")
         model = pylookahead.Model(path, dtype="float32", quantize=quantize)
         assert out["weight_notes"] == " | ".join(model.info.weight_notes)
-        assert _ids(out["greedy_ids"]) == pylookahead.Session(model).generate(PROMPT, 24).token_ids
+        assert _ids(out["greedy_ids"]) == pylookahead.Session(model).generate(PROMPT, max_new_tokens=24).token_ids
     bad = subprocess.run([str(exe), str(model_dir), "--ids", "1,2", "--quantize", "int3"], capture_output=True, text=True)
     assert bad.returncode == 2
     assert "quantize must be one of auto, none, int8, int4 (got 'int3')" in bad.stderr
@@ -241,7 +241,7 @@ def _check_linear_kernels(exe: Path, model_dir: Path) -> None:
         assert out["linear_kernel"] == kernel
         assert out["identical"] == "yes"
         session = pylookahead.Session(pylookahead.Model(model_dir, dtype="bfloat16", linear_kernel=kernel))
-        assert _ids(out["greedy_ids"]) == session.generate(PROMPT, 24).token_ids
+        assert _ids(out["greedy_ids"]) == session.generate(PROMPT, max_new_tokens=24).token_ids
     bad = subprocess.run([str(exe), str(model_dir), "--ids", "1,2", "--dtype", "float64", "--linear-kernel", "onednn"],
                          capture_output=True, text=True)  # fmt: skip
     assert bad.returncode == 2

@@ -47,8 +47,8 @@ def seeds(tiny_model_factory, tmp_path_factory) -> dict[str, Path]:
     sharded = tiny_model_factory("llama", seed=4, sharded=True)
     pool = tmp_path_factory.mktemp("fuzz_pool") / "pool.bin"
     session = pylookahead.Session(single)
-    session.generate([1, 5, 6, 7, 5, 6, 7, 5], 24,
-                     pylookahead.LookaheadConfig(window_size=2, ngram_size=3, verification_set_size=2), keep_pool=True)  # fmt: skip
+    lookahead = pylookahead.LookaheadConfig(window_size=2, ngram_size=3, verification_set_size=2)
+    session.generate([1, 5, 6, 7, 5, 6, 7, 5], max_new_tokens=24, lookahead=lookahead, keep_pool=True)
     session.save_pool(pool)
     from test_gguf import Q, write_gguf
 

@@ -139,7 +139,7 @@ def test_tiny_gguf_dequantized_is_the_reference_checkpoint(tiny_model_factory, t
     for seed in range(2):
         prompt = tiny_prompt(seed)
         assert np.array_equal(ours.prompt_logits(prompt), ref.prompt_logits(prompt)), (arch, linear_type.name)
-        assert ours.generate(prompt, 16).token_ids == ref.generate(prompt, 16).token_ids
+        assert ours.generate(prompt, max_new_tokens=16).token_ids == ref.generate(prompt, max_new_tokens=16).token_ids
 
 
 KEPT = {Q.Q8_0: "int8", Q.Q5_0: "int8", Q.Q4_0: "int4", Q.Q4_1: "int4"}
@@ -166,9 +166,10 @@ def test_tiny_gguf_runs_blocks_as_they_are_and_lookahead_is_exact(tiny_model_fac
         prompt = tiny_prompt(seed)
         # The same weights in another summation order: close, not equal.
         assert np.abs(session.prompt_logits(prompt) - dense.prompt_logits(prompt)).max() < 1e-3
-        greedy = session.generate(prompt, 40)
+        greedy = session.generate(prompt, max_new_tokens=40)
         for w, n, g in [(0, 4, 2), (3, 3, 3), (5, 5, 3)]:
-            out = session.generate(prompt, 40, LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g))
+            cfg = LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g)
+            out = session.generate(prompt, max_new_tokens=40, lookahead=cfg)
             assert out.token_ids == greedy.token_ids, (arch, linear_type.name, seed, (w, n, g))
 
 
@@ -214,7 +215,8 @@ def test_gguf_blocks_dequantize_as_gguf_py_does(tmp_path, qtype) -> None:
 
 @pytest.fixture(scope="module")
 def smollm2_gguf() -> Path:
-    from pylookahead.models import DEFAULT_MODEL, pull_gguf
+    from pylookahead.catalog import DEFAULT_MODEL
+    from pylookahead.tools.models import pull_gguf
 
     return pull_gguf(DEFAULT_MODEL, progress=False)
 
@@ -236,11 +238,12 @@ def test_smollm2_gguf_as_stored_lookahead_equals_greedy(smollm2_gguf) -> None:
     session = Session(model)
     for text in ["def quicksort(arr):", "The three primary colors are"]:
         prompt = model.tokenizer.encode(text)
-        greedy = session.generate(prompt, 48)
+        greedy = session.generate(prompt, max_new_tokens=48)
         for w, n, g in [(0, 4, 4), (4, 4, 4), (6, 5, 4)]:
-            out = session.generate(prompt, 48, LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g))
+            cfg = LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g)
+            out = session.generate(prompt, max_new_tokens=48, lookahead=cfg)
             assert out.token_ids == greedy.token_ids, (text, (w, n, g))
-        assert session.generate(prompt, 48, "auto").token_ids == greedy.token_ids
+        assert session.generate(prompt, max_new_tokens=48, lookahead="auto").token_ids == greedy.token_ids
 
 
 # ---- corrupted copies -----------------------------------------------------------------------------------------

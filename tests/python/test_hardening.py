@@ -36,7 +36,8 @@ def _copy(src: Path, dst: Path, **config: object) -> Path:
 
 _SIGINT_CHILD = """
 import os, signal, sys, threading, time
-from pylookahead import GenerationConfig, Session
+from pylookahead import Session
+from pylookahead._core import GenerationConfig
 # Ctrl-C as a user's shell delivers it: Python's own handler (a child of a test runner may inherit SIGINT
 # ignored, and then Python installs none); the inherited one is reported on failure.
 inherited = signal.getsignal(signal.SIGINT)
@@ -164,21 +165,21 @@ def test_reentering_a_core_session_from_its_callback(tiny_llama: Path) -> None:
     assert len(seen) == 1 and isinstance(seen[0], SessionBusyError), seen
     assert "this Session is busy" in str(seen[0])
     assert issubclass(SessionBusyError, RuntimeError)
-    assert len(core.generate([1, 5, 6], _core.GenerationConfig()).tokens) > 0  # usable afterwards
+    assert len(core.generate([1, 5, 6], _core.GenerationConfig()).token_ids) > 0  # usable afterwards
 
 
 def test_python_session_busy_is_the_same_type(tiny_llama: Path) -> None:
     s = Session(tiny_llama)
     with pytest.raises(SessionBusyError, match="Session is busy"):
-        s.generate([1, 5, 6], 8, on_tokens=lambda ids: s.generate([1, 2], 2) and None)
+        s.generate([1, 5, 6], max_new_tokens=8, on_tokens=lambda ids: s.generate([1, 2], max_new_tokens=2) and None)
 
 
 # ---- 7. save_pool writes through symlinks and refuses non-regular targets -------------------------------------------
 
 def test_save_pool_follows_a_symlink(tiny_llama: Path, tmp_path: Path) -> None:
     s = Session(tiny_llama)
-    s.generate([1, 5, 6, 7, 5, 6, 7], 16, LookaheadConfig(window_size=2, ngram_size=3, verification_set_size=2),
-               keep_pool=True)  # fmt: skip
+    la = LookaheadConfig(window_size=2, ngram_size=3, verification_set_size=2)
+    s.generate([1, 5, 6, 7, 5, 6, 7], max_new_tokens=16, lookahead=la, keep_pool=True)
     real = tmp_path / "data" / "pool.bin"
     real.parent.mkdir()
     real.write_bytes(b"old")
@@ -202,13 +203,21 @@ def test_save_pool_refuses_a_non_regular_target(tiny_llama: Path, tmp_path: Path
 
 # ---- 8. ints outside the C int range are ValueErrors naming the field ------------------------------------------------
 
+INT_RANGE = r"\[-2147483648, 2147483647\]"
+
+
 @pytest.mark.parametrize(
     "call, pattern",
     [
-        (lambda s: s.generate([1, 2], max_new_tokens=2**31), r"max_new_tokens must be <= 2147483647"),
-        (lambda s: s.generate([1, 2], 4, temperature=0.5, seed=2**64), r"seed must be <= 18446744073709551615"),
-        (lambda s: s.generate([1, 2], 4, stop_token_ids=[2**40]), r"stop_token_ids\[\] must be <= 2147483647"),
-        (lambda s: LookaheadConfig(window_size=2**31), r"window_size must be in \[-2147483648, 2147483647\]"),
+        (lambda s: s.generate([1, 2], max_new_tokens=2**31), rf"max_new_tokens must be in {INT_RANGE} \(got 2147483648\)"),
+        (lambda s: s.generate([1, 2], top_k=-2**31 - 1), rf"top_k must be in {INT_RANGE} \(got -2147483649\)"),
+        (lambda s: s.generate([1, 2], temperature=0.5, seed=2**64),
+         r"seed must be in \[0, 18446744073709551615\] \(got 18446744073709551616\)"),
+        (lambda s: s.generate([1, 2], stop_token_ids=[2**40]),
+         rf"stop_token_ids\[0\] must be in {INT_RANGE} \(got 1099511627776\)"),
+        (lambda s: s.generate([1, 2**40]), rf"prompt\[1\] must be in {INT_RANGE} \(got 1099511627776\)"),
+        (lambda s: s.generate([1, 2], temperature=10**400), r"temperature must be in the range of a C double"),
+        (lambda s: LookaheadConfig(window_size=2**31), rf"window_size must be in {INT_RANGE}"),
         (lambda s: LookaheadConfig(seed=2**64), r"seed must be in \[0, 18446744073709551615\]"),
         (lambda s: LookaheadConfig(ngram_size="4"), r"ngram_size must be an int \(got '4'\)"),
         (lambda s: pylookahead.AutoLookahead(probe_steps=-2**40), r"probe_steps must be in"),
@@ -234,9 +243,10 @@ def test_lookahead_equals_greedy_with_the_thread_governor_on(tiny_model_factory)
                 session = Session(Model(tiny_model_factory(arch, seed=21), dtype=dtype))
                 for seed in range(3):
                     prompt = [1] + [3 + (seed * 7 + i * 5) % 90 for i in range(12)] * 2
-                    greedy = session.generate(prompt, 160)
+                    greedy = session.generate(prompt, max_new_tokens=160)
                     for cfg in [(0, 4, 2), (2, 3, 2), (4, 4, 4)]:
                         la = LookaheadConfig(window_size=cfg[0], ngram_size=cfg[1], verification_set_size=cfg[2])
-                        assert session.generate(prompt, 160, la).token_ids == greedy.token_ids, (arch, dtype, seed, cfg)
+                        out = session.generate(prompt, max_new_tokens=160, lookahead=la)
+                        assert out.token_ids == greedy.token_ids, (arch, dtype, seed, cfg)
     finally:
         torch.set_num_threads(previous)

@@ -75,10 +75,10 @@ def test_lookahead_equals_greedy_with_each_kernel(tiny_model_factory, arch: str,
     session = Session(model)
     for seed in range(4):
         prompt = varied_prompt(seed)
-        greedy = session.generate(prompt, 48)
+        greedy = session.generate(prompt, max_new_tokens=48)
         for w, n, g in [(0, 4, 2), (2, 3, 2), (4, 4, 4), (0, 6, 5)]:
             cfg = LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g)
-            out = session.generate(prompt, 48, cfg)
+            out = session.generate(prompt, max_new_tokens=48, lookahead=cfg)
             assert out.token_ids == greedy.token_ids, (arch, seed, (w, n, g))
             assert out.stats.steps <= greedy.stats.steps
 

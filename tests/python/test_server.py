@@ -60,7 +60,7 @@ def tiny(tiny_llama: Path):
 
 
 def reference(model: Model, ids: list[int], n: int, **options) -> str:
-    return Session(model).generate(ids, n, None, skip_special_tokens=True, **options).text
+    return Session(model).generate(ids, max_new_tokens=n, lookahead=None, skip_special_tokens=True, **options).text
 
 
 def test_health_models_and_metrics(tiny: Served) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 import pylookahead
 from pylookahead import LookaheadConfig, Session
+from subproc import run_python
 from tiny_models import TINY_VOCAB_SIZE
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -65,6 +66,32 @@ def test_prompt_logits_shape(session: Session) -> None:
     assert session.generate(IDS, max_new_tokens=1).token_ids == [int(logits[-1].argmax())]
 
 
+def test_public_names() -> None:
+    # What the Python calls take, return and raise; the engine's option structs stay in _core.
+    assert sorted(pylookahead.__all__) == sorted([
+        "AutoLookahead", "GenerationOutput", "LookaheadConfig", "Model", "ModelLoadError", "ModelNotPulledError",
+        "Session", "SessionBusyError", "StreamChunk", "__version__",
+    ])  # fmt: skip
+    for name in ("EngineConfig", "GenerationConfig", "SessionConfig"):
+        assert not hasattr(pylookahead, name) and hasattr(pylookahead._core, name)
+
+
+_IMPORTS_CHILD = """
+import sys
+import pylookahead
+session = pylookahead.Session(sys.argv[1])
+session.generate("the cat", max_new_tokens=2)
+print(sorted(m for m in sys.modules if m.startswith("pylookahead.")))
+"""
+
+
+def test_the_library_does_not_import_the_tools(tiny_llama: Path) -> None:
+    proc = run_python(_IMPORTS_CHILD, str(tiny_llama), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    loaded = proc.stdout.strip()
+    assert "pylookahead.session" in loaded and "pylookahead.tools" not in loaded, loaded
+
+
 def test_string_prompt_without_tokenizer(tiny_model_factory) -> None:
     session = Session(tiny_model_factory("llama", with_tokenizer=False))
     with pytest.raises(ValueError, match="tokenizer.json"):
@@ -74,21 +101,33 @@ def test_string_prompt_without_tokenizer(tiny_model_factory) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# bad arguments: ValueError naming the field and the value
+# bad arguments: ValueError naming the field, the value and the rule (the engine's rules; Python's types)
+
+LOOKAHEAD_KINDS = r"lookahead must be None, 'auto', a LookaheadConfig or an AutoLookahead"
 
 
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     [
-        (dict(max_new_tokens=0), r"max_new_tokens.*\b0\b"),
-        (dict(max_new_tokens=-1), r"max_new_tokens.*-1"),
-        (dict(max_new_tokens="3"), r"max_new_tokens.*'3'"),
-        (dict(max_new_tokens=2.0), r"max_new_tokens.*2\.0"),
-        (dict(max_new_tokens=True), r"max_new_tokens.*True"),
-        (dict(stop_token_ids=[TINY_VOCAB_SIZE]), rf"stop_token_ids.*{TINY_VOCAB_SIZE}"),
-        (dict(stop_token_ids=[-1]), r"stop_token_ids.*-1"),
-        (dict(lookahead="x"), r"lookahead.*'x'"),
-        (dict(lookahead=(4, 4, 4)), r"lookahead.*\(4, 4, 4\)"),
+        (dict(max_new_tokens=0), r"max_new_tokens must be >= 1 \(got 0\)"),
+        (dict(max_new_tokens=-1), r"max_new_tokens must be >= 1 \(got -1\)"),
+        (dict(max_new_tokens="3"), r"max_new_tokens must be an int \(got '3'\)"),
+        (dict(max_new_tokens=2.0), r"max_new_tokens must be an int \(got 2\.0\)"),
+        (dict(max_new_tokens=True), r"max_new_tokens must be an int \(got True\)"),
+        (dict(stop_token_ids=[TINY_VOCAB_SIZE]),
+         rf"stop_token_ids\[0\] must be a token id in \[0, {TINY_VOCAB_SIZE}\) \(got {TINY_VOCAB_SIZE}\)"),
+        (dict(stop_token_ids=[-1]), r"stop_token_ids\[0\] must be >= 0 \(got -1\)"),
+        (dict(stop_token_ids=[1, "2"]), r"stop_token_ids\[1\] must be an int \(got '2'\)"),
+        (dict(stop_token_ids=7), r"stop_token_ids must be a sequence of token ids \(got 7\)"),
+        (dict(lookahead="x"), rf"{LOOKAHEAD_KINDS} \(got 'x'\)"),
+        (dict(lookahead=(4, 4, 4)), rf"{LOOKAHEAD_KINDS} \(got \(4, 4, 4\)\)"),
+        (dict(top_k=-1), r"top_k must be >= 0 \(got -1\)"),
+        (dict(top_p=0.0), r"top_p must be in \(0, 1\] \(got 0\)"),
+        (dict(top_p=1.5), r"top_p must be in \(0, 1\] \(got 1\.5\)"),
+        (dict(temperature=-1.0), r"temperature must be finite and >= 0 \(got -1\)"),
+        (dict(temperature=-1e-9), r"temperature must be finite and >= 0 \(got -1e-09\)"),
+        (dict(temperature=float("inf")), r"temperature must be finite and >= 0 \(got inf\)"),
+        (dict(keep_pool=1), r"keep_pool must be a bool \(got 1\)"),
     ],
     ids=lambda v: repr(v) if isinstance(v, dict) else "",
 )
@@ -100,18 +139,40 @@ def test_bad_generate_arguments(session: Session, kwargs, pattern: str) -> None:
 @pytest.mark.parametrize(
     ("prompt", "pattern"),
     [
-        ([], r"prompt.*at least one token"),
-        ("", r"prompt.*at least one token"),
-        ([5, TINY_VOCAB_SIZE], rf"prompt\[1\].*\[0, {TINY_VOCAB_SIZE}\).*got {TINY_VOCAB_SIZE}"),
-        ([5, 6, -1], r"prompt\[2\].*got -1"),
-        ([5, 6.0], r"prompt\[1\].*6\.0"),
-        ([5, "6"], r"prompt\[1\].*'6'"),
+        ([], r"prompt must hold at least one token \(got 0\)"),
+        ("", r"prompt must hold at least one token \(got 0\)"),
+        ([5, TINY_VOCAB_SIZE], rf"prompt\[1\] must be a token id in \[0, {TINY_VOCAB_SIZE}\) \(got {TINY_VOCAB_SIZE}\)"),
+        ([5, 6, -1], rf"prompt\[2\] must be a token id in \[0, {TINY_VOCAB_SIZE}\) \(got -1\)"),
+        ([5, 6.0], r"prompt\[1\] must be an int \(got 6\.0\)"),
+        ([5, "6"], r"prompt\[1\] must be an int \(got '6'\)"),
+        (5, r"prompt must be a str or a sequence of token ids \(got 5\)"),
     ],
-    ids=["empty-list", "empty-string", "id-too-large", "negative-id", "float-id", "str-id"],
+    ids=["empty-list", "empty-string", "id-too-large", "negative-id", "float-id", "str-id", "int"],
 )
 def test_bad_prompts(session: Session, prompt, pattern: str) -> None:
     with pytest.raises(ValueError, match=pattern):
         session.generate(prompt, max_new_tokens=2)
+
+
+def test_options_are_keyword_only(tiny_llama: Path, session: Session) -> None:
+    with pytest.raises(TypeError):
+        session.generate(IDS, 4)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        session.stream(IDS, 4)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Session(tiny_llama, "cpu")  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        pylookahead.Model(tiny_llama, "cpu")  # type: ignore[misc]
+
+
+def test_bad_stream_arguments(session: Session) -> None:
+    # Python's own checks raise at the call; the engine's when the stream starts (its first step).
+    with pytest.raises(ValueError, match="unknown generation option 'colour'"):
+        session.stream(IDS, colour=1)
+    chunks = session.stream(IDS, max_new_tokens=0)
+    with pytest.raises(ValueError, match=r"max_new_tokens must be >= 1 \(got 0\)"):
+        next(chunks)
+    assert len(session.generate(IDS, max_new_tokens=3).token_ids) == 3  # the session is free again
 
 
 @pytest.mark.parametrize(

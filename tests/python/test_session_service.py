@@ -62,10 +62,10 @@ def test_sampled_lookahead_equals_plain_sampling(request, model_name: str, optio
     multi = 0
     for seed in range(6):
         prompt = repetitive_prompt(seed)
-        plain = session.generate(prompt, 40, seed=seed, **options)
+        plain = session.generate(prompt, max_new_tokens=40, seed=seed, **options)
         assert len(plain.token_ids) == 40 or plain.stop_reason == "end_token"
         for cfg in CONFIGS:
-            out = session.generate(prompt, 40, la(*cfg), seed=seed, **options)
+            out = session.generate(prompt, max_new_tokens=40, lookahead=la(*cfg), seed=seed, **options)
             assert out.token_ids == plain.token_ids, f"seed {seed}, {cfg}, {options}"
             multi += sum(out.stats.accept_histogram[2:])
     assert multi > 0, "no step accepted a candidate: the comparison would be vacuous"
@@ -74,11 +74,12 @@ def test_sampled_lookahead_equals_plain_sampling(request, model_name: str, optio
 def test_sampling_depends_on_the_seed_and_is_reproducible(tiny64) -> None:
     session = Session(tiny64)
     prompt = repetitive_prompt(1)
-    a = session.generate(prompt, 30, temperature=1.5, seed=1).token_ids
-    assert session.generate(prompt, 30, temperature=1.5, seed=1).token_ids == a
-    assert session.generate(prompt, 30, temperature=1.5, seed=2).token_ids != a
+    a = session.generate(prompt, max_new_tokens=30, temperature=1.5, seed=1).token_ids
+    assert session.generate(prompt, max_new_tokens=30, temperature=1.5, seed=1).token_ids == a
+    assert session.generate(prompt, max_new_tokens=30, temperature=1.5, seed=2).token_ids != a
     # temperature 0 is greedy, whatever the other sampling options
-    assert session.generate(prompt, 30, top_k=3, seed=9).token_ids == session.generate(prompt, 30).token_ids
+    greedy = session.generate(prompt, max_new_tokens=30).token_ids
+    assert session.generate(prompt, max_new_tokens=30, top_k=3, seed=9).token_ids == greedy
 
 
 def _chi2_critical(df: int, z: float = 3.09) -> float:
@@ -120,7 +121,7 @@ def test_sampler_matches_the_target_distribution(tiny64, temperature, top_k, top
     q = _target_distribution(session.prompt_logits(prompt)[-1], temperature, top_k, top_p)
     n = 3000
     counts = Counter(
-        session.generate(prompt, 1, temperature=temperature, top_k=top_k, top_p=top_p, seed=s).token_ids[0]
+        session.generate(prompt, max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p, seed=s).token_ids[0]
         for s in range(n)
     )
     assert set(counts) <= set(np.flatnonzero(q)), "drew a token outside the top-k / top-p set"
@@ -139,11 +140,12 @@ def test_sampler_matches_the_target_distribution(tiny64, temperature, top_k, top
     "option,value,message",
     [
         ("temperature", -0.5, "temperature must be finite and >= 0"),
-        ("temperature", float("nan"), "temperature must be a finite number"),
+        ("temperature", float("nan"), "temperature must be finite and >= 0 (got nan)"),
+        ("temperature", "0.5", "temperature must be a number (got '0.5')"),
         ("top_k", -1, "top_k must be >= 0"),
         ("top_p", 0.0, "top_p must be in (0, 1]"),
         ("top_p", 1.5, "top_p must be in (0, 1]"),
-        ("seed", -3, "seed must be >= 0"),
+        ("seed", -3, "seed must be in [0, 18446744073709551615] (got -3)"),
         ("reuse_cache", "yes", "reuse_cache must be a bool"),
         ("stop", [""], "stop strings must be non-empty"),
         ("stop", [3], "stop strings must be str"),
@@ -152,7 +154,7 @@ def test_sampler_matches_the_target_distribution(tiny64, temperature, top_k, top
 )
 def test_bad_generation_options_raise_value_error(tiny64, option, value, message) -> None:
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
-        Session(tiny64).generate([1, 2, 3], 4, **{option: value})
+        Session(tiny64).generate([1, 2, 3], max_new_tokens=4, **{option: value})
 
 
 # ---- chat, cache reuse and the pool ------------------------------------------------------------
@@ -166,9 +168,9 @@ def test_chat_second_turn_equals_the_full_prompt_from_scratch(tiny64) -> None:
     assert [m["role"] for m in session.messages] == ["user", "assistant", "user", "assistant"]
     ids = session.tokenizer.encode_chat(session.messages[:3], add_generation_prompt=True)
     assert second.stats.reused_tokens + second.stats.prompt_tokens == len(ids)
-    fresh = Session(tiny64).generate(ids, 12, la(3, 3, 3))
+    fresh = Session(tiny64).generate(ids, max_new_tokens=12, lookahead=la(3, 3, 3))
     assert second.token_ids == fresh.token_ids
-    greedy = Session(tiny64).generate(ids, 12)
+    greedy = Session(tiny64).generate(ids, max_new_tokens=12)
     assert second.token_ids == greedy.token_ids
 
 
@@ -199,29 +201,29 @@ def test_reset_forgets_the_conversation_cache_and_pool(tiny64) -> None:
 def test_reuse_cache_prefills_only_the_new_suffix(tiny64) -> None:
     session = Session(tiny64)
     prompt = repetitive_prompt(2)
-    first = session.generate(prompt, 10)
+    first = session.generate(prompt, max_new_tokens=10)
     assert session.cached_tokens == len(prompt) + 9
     longer = prompt + first.token_ids + [5, 6]
-    out = session.generate(longer, 10, la(2, 3, 2), reuse_cache=True)
+    out = session.generate(longer, max_new_tokens=10, lookahead=la(2, 3, 2), reuse_cache=True)
     assert (out.stats.reused_tokens, out.stats.prompt_tokens) == (len(prompt) + 9, 3)
-    assert out.token_ids == Session(tiny64).generate(longer, 10).token_ids
+    assert out.token_ids == Session(tiny64).generate(longer, max_new_tokens=10).token_ids
     # Without reuse_cache the whole prompt is prefilled again.
-    assert session.generate(longer, 4).stats.reused_tokens == 0
+    assert session.generate(longer, max_new_tokens=4).stats.reused_tokens == 0
 
 
 def test_pool_save_load_and_keep(tiny64, tmp_path: Path) -> None:
     prompt = repetitive_prompt(3)
     source = Session(tiny64)
-    first = source.generate(prompt, 40, la(3, 4, 3))
+    first = source.generate(prompt, max_new_tokens=40, lookahead=la(3, 4, 3))
     source.save_pool(tmp_path / "pool.bin")
     loaded = Session(tiny64)
     loaded.load_pool(tmp_path / "pool.bin")
     assert loaded.pool_size == source.pool_size > 0
-    warm = loaded.generate(prompt, 40, la(3, 4, 3), keep_pool=True)
+    warm = loaded.generate(prompt, max_new_tokens=40, lookahead=la(3, 4, 3), keep_pool=True)
     assert warm.token_ids == first.token_ids
     assert warm.stats.steps < first.stats.steps  # the saved n-grams verify from the first step
     # keep_pool=False (the default) starts from an empty pool.
-    cold = loaded.generate(prompt, 40, la(3, 4, 3))
+    cold = loaded.generate(prompt, max_new_tokens=40, lookahead=la(3, 4, 3))
     assert cold.stats.steps == first.stats.steps
 
 
@@ -234,35 +236,35 @@ def test_suffix_lookup_searches_kept_shared_and_loaded_texts(tiny64, tmp_path: P
     prompt = [1, 5, 9, 14, 3, 27]  # nothing in it repeats
     session = Session(tiny64)
     session.calibrate(free)
-    greedy = session.generate(prompt, 60)
-    first = session.generate(prompt, 60, tree)
-    again = session.generate(prompt, 60, tree, keep_pool=True)
+    greedy = session.generate(prompt, max_new_tokens=60)
+    first = session.generate(prompt, max_new_tokens=60, lookahead=tree)
+    again = session.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
     assert first.token_ids == again.token_ids == greedy.token_ids
     assert again.stats.steps * 3 < first.stats.steps, (again.stats.steps, first.stats.steps)
     assert again.stats.accepted_tokens_by_source["suffix"] > first.stats.accepted_tokens_by_source["suffix"]
     # A fresh pool forgets the texts.
-    assert session.generate(prompt, 60, tree).stats.steps == first.stats.steps
+    assert session.generate(prompt, max_new_tokens=60, lookahead=tree).stats.steps == first.stats.steps
 
-    session.generate(prompt, 60, tree)
+    session.generate(prompt, max_new_tokens=60, lookahead=tree)
     session.save_pool(tmp_path / "pool.bin")
     loaded = Session(tiny64)
     loaded.calibrate(free)
     loaded.load_pool(tmp_path / "pool.bin")
-    warm = loaded.generate(prompt, 60, tree, keep_pool=True)
+    warm = loaded.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
     assert warm.token_ids == greedy.token_ids
     assert warm.stats.steps == again.stats.steps
 
     other = Session(tiny64)
     other.calibrate(free)
     other.share_pool(session)
-    shared = other.generate(prompt, 60, tree, keep_pool=True)
+    shared = other.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
     assert shared.token_ids == greedy.token_ids
     assert shared.stats.steps == again.stats.steps
 
 
 def test_pool_file_errors_name_the_file_and_field(tiny64, tiny_model_factory, tmp_path: Path) -> None:
     session = Session(tiny64)
-    session.generate(repetitive_prompt(1), 8, la(2, 3, 2))
+    session.generate(repetitive_prompt(1), max_new_tokens=8, lookahead=la(2, 3, 2))
     path = tmp_path / "pool.bin"
     session.save_pool(path)
     data = path.read_bytes()
@@ -332,15 +334,15 @@ def _pool_file_as_version_1(data: bytes) -> bytes:
 
 def test_pool_files_of_version_1_load_without_contexts(tiny64, tmp_path: Path) -> None:
     source = Session(tiny64)
-    source.generate(repetitive_prompt(3), 40, la(0, 4, 3))
+    source.generate(repetitive_prompt(3), max_new_tokens=40, lookahead=la(0, 4, 3))
     source.save_pool(tmp_path / "pool.bin")
     data = (tmp_path / "pool.bin").read_bytes()
     (tmp_path / "v1.bin").write_bytes(_pool_file_as_version_1(data))
     loaded = Session(tiny64)
     loaded.load_pool(tmp_path / "v1.bin")
     assert loaded.pool_size == source.pool_size > 0
-    out = loaded.generate(repetitive_prompt(3), 20, la(0, 4, 3), keep_pool=True)
-    assert out.token_ids == Session(tiny64).generate(repetitive_prompt(3), 20).token_ids
+    out = loaded.generate(repetitive_prompt(3), max_new_tokens=20, lookahead=la(0, 4, 3), keep_pool=True)
+    assert out.token_ids == Session(tiny64).generate(repetitive_prompt(3), max_new_tokens=20).token_ids
     (tmp_path / "v4.bin").write_bytes(data[:8] + struct.pack("<I", 4) + data[12:])
     with pytest.raises(ValueError, match=r"v4\.bin: pool file version must be 1, 2 or 3 \(got 4\)"):
         loaded.load_pool(tmp_path / "v4.bin")
@@ -352,33 +354,33 @@ def test_pool_file_keeps_the_texts_a_larger_n_rebuilds_from(tiny64, tmp_path: Pa
     # from a version-2 file of the same pool (no texts) the cut pool is empty and the run starts cold.
     prompt = repetitive_prompt(3)
     source = Session(tiny64)
-    first = source.generate(prompt, 40, la(0, 3, 2))
+    first = source.generate(prompt, max_new_tokens=40, lookahead=la(0, 3, 2))
     source.save_pool(tmp_path / "pool.bin")
     data = (tmp_path / "pool.bin").read_bytes()
     assert _pool_file_texts(data) == [prompt + first.token_ids]
     (tmp_path / "v2.bin").write_bytes(_pool_file_as_version_2(data))
-    ref = Session(tiny64).generate(prompt, 40)
-    cold = Session(tiny64).generate(prompt, 40, la(0, 5, 2))
+    ref = Session(tiny64).generate(prompt, max_new_tokens=40)
+    cold = Session(tiny64).generate(prompt, max_new_tokens=40, lookahead=la(0, 5, 2))
     runs = {}
     for name in ("pool.bin", "v2.bin"):
         loaded = Session(tiny64)
         loaded.load_pool(tmp_path / name)
         assert loaded.pool_size == source.pool_size > 0
-        runs[name] = loaded.generate(prompt, 40, la(0, 5, 2), keep_pool=True)
+        runs[name] = loaded.generate(prompt, max_new_tokens=40, lookahead=la(0, 5, 2), keep_pool=True)
         assert runs[name].token_ids == ref.token_ids
     assert runs["pool.bin"].stats.steps < cold.stats.steps
     assert runs["v2.bin"].stats.steps == cold.stats.steps
     # Loading a file without texts drops the session's own texts with its pool: a larger N no longer rebuilds
     # the pool from the earlier generation's text.
     session = Session(tiny64)
-    session.generate(prompt, 40, la(0, 3, 2))
+    session.generate(prompt, max_new_tokens=40, lookahead=la(0, 3, 2))
     session.load_pool(tmp_path / "v2.bin")
-    assert session.generate(prompt, 40, la(0, 5, 2), keep_pool=True).stats.steps == cold.stats.steps
+    assert session.generate(prompt, max_new_tokens=40, lookahead=la(0, 5, 2), keep_pool=True).stats.steps == cold.stats.steps
 
 
 def test_pool_file_texts_are_checked(tiny64, tmp_path: Path) -> None:
     session = Session(tiny64)
-    session.generate(repetitive_prompt(1), 8, la(0, 3, 2))
+    session.generate(repetitive_prompt(1), max_new_tokens=8, lookahead=la(0, 3, 2))
     session.save_pool(tmp_path / "pool.bin")
     data = (tmp_path / "pool.bin").read_bytes()
     at = _pool_end(data)  # u32 count, u32 length, ids
@@ -400,10 +402,10 @@ def test_pool_file_texts_are_checked(tiny64, tmp_path: Path) -> None:
 def test_shared_pool_is_one_pool_until_reset(tiny64) -> None:
     a, b = Session(tiny64), Session(tiny64)
     b.share_pool(a)
-    a.generate(repetitive_prompt(4), 20, la(2, 3, 2))
+    a.generate(repetitive_prompt(4), max_new_tokens=20, lookahead=la(2, 3, 2))
     assert b.pool_size == a.pool_size > 0
-    out = b.generate(repetitive_prompt(4), 20, la(2, 3, 2), keep_pool=True)
-    assert out.token_ids == Session(tiny64).generate(repetitive_prompt(4), 20).token_ids
+    out = b.generate(repetitive_prompt(4), max_new_tokens=20, lookahead=la(2, 3, 2), keep_pool=True)
+    assert out.token_ids == Session(tiny64).generate(repetitive_prompt(4), max_new_tokens=20).token_ids
     b.reset()
     assert b.pool_size == 0 and a.pool_size > 0
 
@@ -420,14 +422,14 @@ def test_two_sessions_in_two_threads_match_running_one_after_another(tiny_model_
         (repetitive_prompt(6), dict(lookahead=la(3, 4, 3))),
         (repetitive_prompt(7), dict(lookahead=la(2, 3, 2), temperature=0.9, seed=4)),
     ]
-    sequential = [Session(model).generate(p, 48, **kw).token_ids for p, kw in jobs]
+    sequential = [Session(model).generate(p, max_new_tokens=48, **kw).token_ids for p, kw in jobs]
     sessions = [Session(model), Session(model)]
     results: list[list[int] | BaseException] = [[], []]
 
     def work(i: int) -> None:
         try:
             for _ in range(3):
-                results[i] = sessions[i].generate(jobs[i][0], 48, **jobs[i][1]).token_ids
+                results[i] = sessions[i].generate(jobs[i][0], max_new_tokens=48, **jobs[i][1]).token_ids
         except BaseException as e:  # reported below
             results[i] = e
 
@@ -441,12 +443,12 @@ def test_two_sessions_in_two_threads_match_running_one_after_another(tiny_model_
 
 def test_a_session_used_by_two_callers_at_once_raises(tiny64) -> None:
     session = Session(tiny64)
-    stream = session.stream(repetitive_prompt(1), 30, la(2, 3, 2))
+    stream = session.stream(repetitive_prompt(1), max_new_tokens=30, lookahead=la(2, 3, 2))
     next(stream)
     with pytest.raises(RuntimeError, match="Session is busy"):
-        session.generate([1, 2, 3], 4)
+        session.generate([1, 2, 3], max_new_tokens=4)
     stream.close()
-    assert session.generate([1, 2, 3], 4).token_ids  # usable again
+    assert session.generate([1, 2, 3], max_new_tokens=4).token_ids  # usable again
 
 
 # ---- real model: stop strings and streaming ----------------------------------------------------
@@ -461,7 +463,7 @@ def smol(smollm2_dir) -> Session:
 
 @pytest.fixture(scope="module")
 def smol_greedy(smol) -> tuple[list[int], str]:
-    out = smol.generate(CODE_PROMPT, 96)
+    out = smol.generate(CODE_PROMPT, max_new_tokens=96)
     return out.token_ids, out.text
 
 
@@ -483,7 +485,7 @@ def test_stop_strings_end_where_token_by_token_decoding_ends(smol, smol_greedy) 
     for stop in stops:
         expected_ids, expected_text = _expected_stop(smol, ids, text, stop)
         chunks: list[list[int]] = []
-        out = smol.generate(CODE_PROMPT, 96, la(4, 4, 4), stop=[stop], on_tokens=chunks.append)
+        out = smol.generate(CODE_PROMPT, max_new_tokens=96, lookahead=la(4, 4, 4), stop=[stop], on_tokens=chunks.append)
         assert (out.token_ids, out.text, out.stop_reason, out.stop_string) == (
             expected_ids, expected_text, "stop_string", stop,
         ), repr(stop)  # fmt: skip
@@ -491,7 +493,7 @@ def test_stop_strings_end_where_token_by_token_decoding_ends(smol, smol_greedy) 
         # The token where the stop string starts came in an earlier chunk than the one ending it.
         start = next(k for k in range(len(ids)) if len(smol.tokenizer.decode(ids[: k + 1])) > len(expected_text))
         across_chunks += start < len(expected_ids) - len(chunks[-1])
-        with_stop = smol.generate(CODE_PROMPT, 96, la(4, 4, 4), stop=[stop], include_stop=True)
+        with_stop = smol.generate(CODE_PROMPT, max_new_tokens=96, lookahead=la(4, 4, 4), stop=[stop], include_stop=True)
         assert with_stop.text == expected_text + stop
     assert inside_a_run > 0, "no stop string completed inside a multi-token step"
     assert across_chunks > 0, "no stop string spanned two steps"
@@ -503,9 +505,9 @@ def test_real_model_sampled_lookahead_equals_plain_sampling(smol, prompt) -> Non
     """bfloat16 SmolLM2: the sampled text with lookahead == without, for each seed and config."""
     for seed in (1, 2, 3):
         options = dict(temperature=0.8, top_p=0.95, seed=seed)
-        plain = smol.generate(prompt, 64, **options)
+        plain = smol.generate(prompt, max_new_tokens=64, **options)
         for cfg in [(2, 3, 2), (4, 4, 4)]:
-            assert smol.generate(prompt, 64, la(*cfg), **options).token_ids == plain.token_ids, (seed, cfg)
+            assert smol.generate(prompt, max_new_tokens=64, lookahead=la(*cfg), **options).token_ids == plain.token_ids, (seed, cfg)
 
 
 @pytest.mark.slow
@@ -513,7 +515,7 @@ def test_stream_pieces_join_to_the_text_and_never_show_a_partial_stop(smol, smol
     ids, text = smol_greedy
     stop = text[40:47]
     expected_ids, expected_text = _expected_stop(smol, ids, text, stop)
-    pieces = [c.text for c in smol.stream(CODE_PROMPT, 96, la(4, 4, 4), stop=[stop])]
+    pieces = [c.text for c in smol.stream(CODE_PROMPT, max_new_tokens=96, lookahead=la(4, 4, 4), stop=[stop])]
     shown = ""
     for piece in pieces:
         shown += piece
@@ -521,27 +523,27 @@ def test_stream_pieces_join_to_the_text_and_never_show_a_partial_stop(smol, smol
     assert shown == expected_text
     assert smol.last_output.token_ids == expected_ids
     # Without stop strings the pieces are the whole text.
-    assert "".join(c.text for c in smol.stream(CODE_PROMPT, 96, la(2, 3, 2))) == text
+    assert "".join(c.text for c in smol.stream(CODE_PROMPT, max_new_tokens=96, lookahead=la(2, 3, 2))) == text
 
 
 @pytest.mark.slow
 def test_breaking_out_of_a_stream_stops_promptly_and_leaves_the_session_usable(smol, smol_greedy) -> None:
     seen = 0
-    stream = smol.stream(CODE_PROMPT, 96, la(2, 3, 2))
+    stream = smol.stream(CODE_PROMPT, max_new_tokens=96, lookahead=la(2, 3, 2))
     for chunk in stream:
         seen += len(chunk.token_ids)
         if seen >= 5:
             break
     stream.close()
     assert 5 <= len(smol.last_output.token_ids) <= seen + 3  # at most the step in progress
-    assert smol.generate(CODE_PROMPT, 96, la(2, 3, 2)).token_ids == smol_greedy[0]
+    assert smol.generate(CODE_PROMPT, max_new_tokens=96, lookahead=la(2, 3, 2)).token_ids == smol_greedy[0]
 
 
 @pytest.mark.slow
 def test_multibyte_text_streams_whole_characters(smol) -> None:
     prompt = "Traduis en français et ajoute des emojis : 'Good morning, dear friend! Coffee?'"
-    out = smol.generate(prompt, 48)
-    pieces = [c.text for c in smol.stream(prompt, 48, la(2, 3, 2))]
+    out = smol.generate(prompt, max_new_tokens=48)
+    pieces = [c.text for c in smol.stream(prompt, max_new_tokens=48, lookahead=la(2, 3, 2))]
     assert "".join(pieces) == out.text
     assert all("\ufffd" not in p for p in pieces) or "\ufffd" in out.text
 

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import torch
 
-from pylookahead.models import _transformers_progress
+from pylookahead.tools.models import _transformers_progress
 
 Arch = Literal["llama", "qwen2", "mistral"]
 RopeStyle = Literal["v5", "v4"]

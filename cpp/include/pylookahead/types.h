@@ -111,7 +111,7 @@ inline const std::array<const char*, 4>& draft_source_names() {
 
 // Output of one Session::generate() call.
 struct GenerationResult {
-    std::vector<TokenId> tokens;  // new tokens only, in order (the prompt is not repeated)
+    std::vector<TokenId> token_ids;  // new tokens only, in order (the prompt is not repeated)
     StopReason stop_reason = StopReason::kMaxNewTokens;
     GenerationStats stats;
 };

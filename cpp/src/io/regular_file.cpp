@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "pylookahead/errors.h"
 
@@ -59,6 +62,35 @@ std::optional<std::string> read_regular_file(const std::string& path, FileError 
     }
     ::close(*fd);
     return out;
+}
+
+void replace_regular_file(const std::string& path, const std::string& data, const char* field) {
+    const std::string name(field);
+    std::string target = path;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+        char* resolved = ::realpath(path.c_str(), nullptr);
+        if (resolved == nullptr) {
+            throw ConfigError(name + ": '" + path + "' is a symlink to a missing file or directory");
+        }
+        target = resolved;
+        std::free(resolved);
+    }
+    if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+        throw ConfigError(name + ": '" + path + "' exists and is not a regular file (refusing to replace it)");
+    }
+    const std::string tmp = target + ".tmp";
+    {
+        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+        if (!out) throw ConfigError(name + ": cannot write '" + tmp + "'");
+        out.write(data.data(), static_cast<std::streamsize>(data.size()));
+        out.flush();
+        if (!out) throw ConfigError(name + ": writing '" + tmp + "' failed");
+    }
+    if (std::rename(tmp.c_str(), target.c_str()) != 0) {
+        std::remove(tmp.c_str());
+        throw ConfigError(name + ": cannot rename '" + tmp + "' to '" + target + "'");
+    }
 }
 
 }  // namespace pylookahead

@@ -1,4 +1,4 @@
-// Opening the files a checkpoint or a pool consists of, refusing anything that is not a regular
+// Opening (and replacing) the files a checkpoint or a pool consists of, refusing anything that is not a regular
 // file (a FIFO would block open() or read() forever, a directory or device reads garbage).
 // std-only (POSIX).
 #pragma once
@@ -20,5 +20,11 @@ std::optional<int> open_regular_file(const std::string& path, FileError kind, bo
 // it does not exist and `missing_ok`.
 std::optional<std::string> read_regular_file(const std::string& path, FileError kind,
                                              bool missing_ok);
+
+// Writes `data` to `path` through a temporary file beside it ("<path>.tmp") renamed over it, so a
+// reader never sees half a file. A symlink is followed (the file it points to is replaced, the
+// link stays); anything there that is not a regular file is refused, never replaced. Throws
+// ConfigError naming `field` and the path when it cannot be written.
+void replace_regular_file(const std::string& path, const std::string& data, const char* field);
 
 }  // namespace pylookahead

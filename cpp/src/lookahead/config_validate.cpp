@@ -1,5 +1,7 @@
 // validate() of the option structs that the std-only core owns.
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "pylookahead/config.h"
@@ -25,6 +27,18 @@ void check_range(const char* field, int value, int lo, int hi) {
         throw ConfigError(std::string(field) + " must be <= " + std::to_string(hi) + " (got " +
                           std::to_string(value) + ")");
     }
+}
+
+// A double as users wrote it: shortest round-trip form ("1e-09", "0.8", "inf", "1e+300").
+std::string number(double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    for (int digits = 1; digits < 17; ++digits) {  // the fewest digits that read back the same
+        char shorter[32];
+        std::snprintf(shorter, sizeof shorter, "%.*g", digits, v);
+        if (std::strtod(shorter, nullptr) == v) return shorter;
+    }
+    return buf;
 }
 
 }  // namespace
@@ -71,7 +85,7 @@ void LookaheadConfig::validate() const {
 void AutoLookahead::validate() const {
     check_range("replan_interval", replan_interval, 1, 1 << 20);
     if (!(min_gain >= 0.0 && min_gain <= 10.0)) {
-        throw ConfigError("min_gain must be in [0, 10] (got " + std::to_string(min_gain) + ")");
+        throw ConfigError("min_gain must be in [0, 10] (got " + number(min_gain) + ")");
     }
     check_range("max_tokens_per_step", max_tokens_per_step, 0, kMaxTokensPerStep);
     check_range("probe_after", probe_after, 1, 1 << 20);
@@ -86,20 +100,19 @@ void GenerationConfig::validate() const {
     }
     for (size_t i = 0; i < stop_token_ids.size(); ++i) {
         if (stop_token_ids[i] < 0) {
-            throw ConfigError("stop_token_ids must be >= 0 (got " +
-                              std::to_string(stop_token_ids[i]) + " at index " +
-                              std::to_string(i) + ")");
+            throw ConfigError("stop_token_ids[" + std::to_string(i) + "] must be >= 0 (got " +
+                              std::to_string(stop_token_ids[i]) + ")");
         }
     }
     if (!(temperature >= 0.0) || !std::isfinite(temperature)) {
-        throw ConfigError("temperature must be finite and >= 0 (got " + std::to_string(temperature) +
+        throw ConfigError("temperature must be finite and >= 0 (got " + number(temperature) +
                           ")");
     }
     if (top_k < 0) {
         throw ConfigError("top_k must be >= 0 (got " + std::to_string(top_k) + ")");
     }
     if (!(top_p > 0.0 && top_p <= 1.0)) {
-        throw ConfigError("top_p must be in (0, 1] (got " + std::to_string(top_p) + ")");
+        throw ConfigError("top_p must be in (0, 1] (got " + number(top_p) + ")");
     }
 }
 

@@ -22,25 +22,24 @@ bool same_config(const std::optional<LookaheadConfig>& a, const std::optional<Lo
     return same_shape(a, b) && (!a || (a->seed == b->seed && a->seed_from_prompt == b->seed_from_prompt));
 }
 
-void validate_request(const DecodeRequest& request) {
-    if (request.prompt.empty()) throw ConfigError("prompt must not be empty (got 0 tokens)");
-    for (size_t i = 0; i < request.prompt.size(); ++i) {
-        if (request.prompt[i] < 0) {
-            throw ConfigError("prompt token ids must be >= 0 (got " +
-                              std::to_string(request.prompt[i]) + " at index " +
-                              std::to_string(i) + ")");
-        }
+bool valid(const LookaheadConfig& config) {
+    try {
+        config.validate();
+        return true;
+    } catch (const ConfigError&) {
+        return false;
     }
-    if (request.max_new_tokens < 1) {
-        throw ConfigError("max_new_tokens must be >= 1 (got " +
-                          std::to_string(request.max_new_tokens) + ")");
-    }
-    if (request.lookahead) request.lookahead->validate();
-    request.sampling.validate();
-    if (request.reuse_rows < 0 || request.reuse_rows >= static_cast<int64_t>(request.prompt.size())) {
-        throw ConfigError("reuse_rows must be in [0, prompt size) (got " +
-                          std::to_string(request.reuse_rows) + ")");
-    }
+}
+
+// The request's invariants (Session::generate validates what users pass).
+void check_request(const DecodeRequest& request) {
+    PYLA_CHECK(!request.prompt.empty(), "empty prompt");
+    for (TokenId id : request.prompt) PYLA_CHECK(id >= 0, "negative prompt token id " << id);
+    PYLA_CHECK(request.max_new_tokens >= 1, "max_new_tokens " << request.max_new_tokens);
+    PYLA_CHECK(!request.lookahead || valid(*request.lookahead), "invalid LookaheadConfig");
+    PYLA_CHECK(!(request.lookahead && request.policy), "both a LookaheadConfig and a policy");
+    PYLA_CHECK(request.reuse_rows >= 0 && request.reuse_rows < static_cast<int64_t>(request.prompt.size()),
+               "reuse_rows " << request.reuse_rows << " for a prompt of " << request.prompt.size());
 }
 
 // Appends emitted tokens to the result, cutting at the first end id or at max_new_tokens.
@@ -54,12 +53,12 @@ class Emitter {
         int kept = 0;
         for (TokenId t : tokens) {
             if (stopped_) break;
-            result_->tokens.push_back(t);
+            result_->token_ids.push_back(t);
             ++kept;
             const auto& ends = request_.end_ids;
             if (std::find(ends.begin(), ends.end(), t) != ends.end()) {
                 stop(StopReason::kEndToken);
-            } else if (static_cast<int>(result_->tokens.size()) >= request_.max_new_tokens) {
+            } else if (static_cast<int>(result_->token_ids.size()) >= request_.max_new_tokens) {
                 stop(StopReason::kMaxNewTokens);
             }
         }
@@ -112,12 +111,12 @@ class DecodeRun {
         while (!emitter_.stopped()) {
             const double step_start = now_();
             if (policy_) follow_policy(x);
-            const int32_t p = static_cast<int32_t>(request_.prompt.size() + result_.tokens.size() - 1);
+            const int32_t p = static_cast<int32_t>(request_.prompt.size() + result_.token_ids.size() - 1);
             PYLA_CHECK(model_.kv_len() == p, "kv_len " << model_.kv_len() << " != position " << p);
             StepReport report;
             report.step = stats.steps;
             const int kept = algo_ ? lookahead_step(x, p, &report) : greedy_step(x, p);
-            if (!result_.tokens.empty()) x = result_.tokens.back();
+            if (!result_.token_ids.empty()) x = result_.token_ids.back();
             ++stats.steps;
             ++stats.accept_histogram[kept];
             const double step_s = now_() - step_start;
@@ -140,14 +139,10 @@ class DecodeRun {
     void check_capacity() {
         tokens_per_step_ = policy_ ? std::max(1, policy_->max_tokens_per_step())
                                    : (request_.lookahead ? request_.lookahead->tokens_per_step() : 1);
-        const int64_t prompt_len = static_cast<int64_t>(request_.prompt.size());
-        const int64_t needed = prompt_len + request_.max_new_tokens + tokens_per_step_;
-        if (needed > model_.kv_capacity()) {
-            throw ConfigError("prompt (" + std::to_string(prompt_len) + " tokens) + max_new_tokens (" +
-                              std::to_string(request_.max_new_tokens) + ") + tokens per step (" +
-                              std::to_string(tokens_per_step_) + ") = " + std::to_string(needed) +
-                              " must be <= kv_capacity (" + std::to_string(model_.kv_capacity()) + ")");
-        }
+        const int64_t needed =
+            static_cast<int64_t>(request_.prompt.size()) + request_.max_new_tokens + tokens_per_step_;
+        PYLA_CHECK(needed <= model_.kv_capacity(),
+                   "prompt + max_new_tokens + tokens per step = " << needed << " > kv_capacity " << model_.kv_capacity());
     }
 
     // The prompt after the reused rows, causal; its last row gives the first new token.
@@ -198,7 +193,7 @@ class DecodeRun {
     // whole history (its pool seeded with every n-gram of prompt + emitted text).
     void follow_policy(TokenId x) {
         std::optional<LookaheadConfig> want = policy_->next_step(result_.stats.steps);
-        if (want) want->validate();
+        PYLA_CHECK(!want || valid(*want), "the policy asked for an invalid LookaheadConfig");
         if (same_config(want, running_) && (!want || algo_)) return;
         running_ = want;
         algo_.reset();
@@ -207,7 +202,7 @@ class DecodeRun {
                    "policy asked for " << want->tokens_per_step()
                                        << " tokens per step, above its maximum " << tokens_per_step_);
         history_.assign(request_.prompt.begin(), request_.prompt.end());
-        history_.insert(history_.end(), result_.tokens.begin(), result_.tokens.end() - 1);
+        history_.insert(history_.end(), result_.token_ids.begin(), result_.token_ids.end() - 1);
         start_lookahead(*want, history_, x);
     }
 
@@ -252,7 +247,7 @@ class DecodeRun {
 
     // Emits a step's tokens, reports them to on_tokens and the policy; returns how many were kept.
     int emit(const std::vector<TokenId>& tokens) {
-        std::vector<TokenId>& out = result_.tokens;
+        std::vector<TokenId>& out = result_.token_ids;
         int kept = emitter_.emit(tokens);
         if (on_tokens_) {
             const std::vector<TokenId> chunk(out.end() - kept, out.end());
@@ -278,14 +273,13 @@ class DecodeRun {
 
     void finish() {
         GenerationStats& stats = result_.stats;
-        stats.new_tokens = static_cast<int64_t>(result_.tokens.size());
+        stats.new_tokens = static_cast<int64_t>(result_.token_ids.size());
         if (algo_) stats.pool_size = algo_->pool_size();
         if (ran_lookahead_ && request_.pool) {
             // The text that the pool's n-grams came from, for a later run with a larger N (and
             // for suffix lookup in later runs that keep the pool).
             std::vector<TokenId> text = request_.prompt;
-            text.insert(text.end(), result_.tokens.begin(), result_.tokens.end());
-            std::lock_guard<std::mutex> lock(request_.pool->mutex);
+            text.insert(text.end(), result_.token_ids.begin(), result_.token_ids.end());
             request_.pool->add_text(std::move(text));
         }
         if (policy_) stats.auto_decisions = policy_->decisions();
@@ -313,7 +307,7 @@ class DecodeRun {
 }  // namespace
 
 GenerationResult run_decode(StepModel& model, const DecodeRequest& request, const OnTokens& on_tokens) {
-    validate_request(request);
+    check_request(request);
     return DecodeRun(model, request, on_tokens).run();
 }
 

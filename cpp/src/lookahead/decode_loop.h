@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "lookahead/auto/controller.h"
-#include "lookahead/ngram_pool.h"
+#include "lookahead/shared_pool.h"
 #include "lookahead/sampler.h"
 #include "pylookahead/config.h"
 #include "pylookahead/types.h"
@@ -109,8 +109,10 @@ struct DecodeRequest {
 // already hit a stop: kEndToken / kMaxNewTokens win), optionally keeping only a prefix of the
 // chunk (then kCallback; the dropped tokens are neither returned nor committed to the cache).
 // On return the cache holds prompt + result.tokens minus the last token.
-// Throws ConfigError on an empty prompt, negative ids, max_new_tokens < 1, an invalid
-// LookaheadConfig, or if the prompt + max_new_tokens + one step's tokens exceed kv_capacity().
+// The request must be valid (Session::generate validates users' requests): a violated invariant
+// (an empty prompt, a negative id, max_new_tokens < 1, an invalid LookaheadConfig, both a
+// LookaheadConfig and a policy, or prompt + max_new_tokens + one step's tokens > kv_capacity())
+// throws InternalError. A callback's bad StreamControl is a ConfigError.
 GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
                             const std::function<StreamControl(const std::vector<TokenId>&)>& on_tokens);
 

@@ -24,34 +24,27 @@ LookaheadAlgorithm::LookaheadAlgorithm(const LookaheadConfig& config,
     }
 }
 
-int64_t LookaheadAlgorithm::pool_size() const {
-    std::lock_guard<std::mutex> lock(shared_->mutex);
-    return shared_->pool.size();
+int64_t LookaheadAlgorithm::pool_size() const { return shared_->size(); }
+
+NgramPool LookaheadAlgorithm::pool() const {
+    return shared_->read([](const NgramPool& pool) { return pool; });
 }
 
 void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first_token,
                                bool keep_pool) {
-    std::lock_guard<std::mutex> lock(shared_->mutex);
-    NgramPool& pool = shared_->pool;
-    const int len = config_.ngram_size - 1;
-    const int cap = NgramPool::kept_per_key(config_.verification_set_size);
-    if (!keep_pool) {
-        pool = NgramPool(len, cap);
-        shared_->clear_texts();
-    } else if (pool.ngram_len() < len && !shared_->texts.empty()) {
-        pool = shared_->pool_from_texts(len, cap);  // cutting cannot lengthen the entries
-    } else if (pool.ngram_len() != len || pool.capacity() != cap) {
-        pool = pool.reshaped(len, cap);
-    }
-    if (suffix_) suffix_->start(keep_pool ? &shared_->texts : nullptr, prompt, first_token);
+    const SharedPool::Texts kept = shared_->start_run(
+        config_.ngram_size - 1, NgramPool::kept_per_key(config_.verification_set_size), keep_pool);
+    if (suffix_) suffix_->start(&kept, prompt, first_token);
     history_.clear();
     recent_.assign(NgramPool::kContextLen + 1, NgramPool::kUnknown);
     push_recent(prompt.data(), static_cast<int>(prompt.size()));
     push_recent(&first_token, 1);
     window_.init(prompt, config_.seed);
     if (!config_.seed_from_prompt) return;
-    append_history(prompt.data(), static_cast<int>(prompt.size()));
-    append_history(&first_token, 1);
+    shared_->write([&](NgramPool& pool) {
+        append_history(prompt.data(), static_cast<int>(prompt.size()), &pool);
+        append_history(&first_token, 1, &pool);
+    });
 }
 
 void LookaheadAlgorithm::push_recent(const TokenId* tokens, int n) {
@@ -61,7 +54,7 @@ void LookaheadAlgorithm::push_recent(const TokenId* tokens, int n) {
     }
 }
 
-void LookaheadAlgorithm::append_history(const TokenId* tokens, int n) {
+void LookaheadAlgorithm::append_history(const TokenId* tokens, int n, NgramPool* pool) {
     // Adds the N-gram that ends at each new token, oldest first (the newest is the freshest),
     // with the kContextLen tokens before its key.
     const int N = config_.ngram_size;
@@ -73,29 +66,30 @@ void LookaheadAlgorithm::append_history(const TokenId* tokens, int n) {
         const int64_t start = size - N;  // of the key
         NgramPool::context_before(history_.data(), start, context);
         const TokenId* gram = history_.data() + start;
-        shared_->pool.insert(gram[0], gram + 1, NgramSource::kSeed, context);
+        pool->insert(gram[0], gram + 1, NgramSource::kSeed, context);
     }
 }
 
 void LookaheadAlgorithm::prepare_classic(TokenId x, std::vector<TreeNode>* nodes) {
     const int len = budget_.candidate_len();
     // recent_ ends with x: the tokens before it are the context candidates are ranked by.
-    std::lock_guard<std::mutex> lock(shared_->mutex);
-    const NgramPool::Candidates cands =
-        shared_->pool.select(x, recent_.data(), budget_.verification_set_size, &order_);
-    for (int c = 0; c < static_cast<int>(order_.size()); ++c) {
-        const int i = order_[c];
-        const DraftSource source = draft_source_of(cands.sources[i]);
-        for (int k = 0; k < len; ++k) {
-            TreeNode v;
-            v.token = cands.tokens[static_cast<size_t>(i) * len + k];
-            v.parent = k == 0 ? -1 : c * len + k - 1;
-            v.depth = k + 1;
-            v.source = source;
-            v.rank = c;
-            nodes->push_back(v);
+    shared_->read([&](const NgramPool& pool) {
+        const NgramPool::Candidates cands =
+            pool.select(x, recent_.data(), budget_.verification_set_size, &order_);
+        for (int c = 0; c < static_cast<int>(order_.size()); ++c) {
+            const int i = order_[c];
+            const DraftSource source = draft_source_of(cands.sources[i]);
+            for (int k = 0; k < len; ++k) {
+                TreeNode v;
+                v.token = cands.tokens[static_cast<size_t>(i) * len + k];
+                v.parent = k == 0 ? -1 : c * len + k - 1;
+                v.depth = k + 1;
+                v.source = source;
+                v.rank = c;
+                nodes->push_back(v);
+            }
         }
-    }
+    });
 }
 
 void LookaheadAlgorithm::prepare_tree(TokenId x, std::vector<TreeNode>* nodes) {
@@ -199,13 +193,12 @@ StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax,
         recycle_->on_step(rows);
     }
 
-    {
-        std::lock_guard<std::mutex> lock(shared_->mutex);
-        window_.harvest(x, next_.data(), &shared_->pool);
+    shared_->write([&](NgramPool& pool) {
+        window_.harvest(x, next_.data(), &pool);
         if (config_.seed_from_prompt) {
-            append_history(out.emitted.data(), static_cast<int>(out.emitted.size()));
+            append_history(out.emitted.data(), static_cast<int>(out.emitted.size()), &pool);
         }
-    }
+    });
     window_.shift(next_.data());
     if (suffix_) suffix_->on_emitted(out.emitted.data(), static_cast<int>(out.emitted.size()));
     push_recent(out.emitted.data(), static_cast<int>(out.emitted.size()));

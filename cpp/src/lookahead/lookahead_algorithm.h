@@ -32,7 +32,7 @@
 #include "lookahead/auto/step_cost_model.h"
 #include "lookahead/draft_scorer.h"
 #include "lookahead/jacobi_window.h"
-#include "lookahead/ngram_pool.h"
+#include "lookahead/shared_pool.h"
 #include "lookahead/pool_drafter.h"
 #include "lookahead/recycle_drafter.h"
 #include "lookahead/step_layout.h"
@@ -61,7 +61,7 @@ struct StepOutcome {
 class LookaheadAlgorithm {
   public:
     // `config` must be valid (LookaheadConfig::validate()). `pool`: where the n-grams live (kept
-    // across generations, maybe shared with other threads; every access is under its mutex);
+    // across generations, maybe shared with other threads; SharedPool locks every access);
     // null = a private pool. fixed_shapes: every plan has config.tokens_per_step() rows (padded;
     // for CUDA graphs), else only its real rows.
     explicit LookaheadAlgorithm(const LookaheadConfig& config,
@@ -69,8 +69,7 @@ class LookaheadAlgorithm {
                                 bool fixed_shapes = false);
 
     const StepBudget& budget() const { return budget_; }
-    // The pool, unlocked: for single-threaded callers (tests). pool_size() locks.
-    const NgramPool& pool() const { return shared_->pool; }
+    NgramPool pool() const;  // a copy (for tests)
     int64_t pool_size() const;
     const JacobiWindow& window() const { return window_; }
     // k of token recycling (0 = off): the decode loop asks the model for that many successors
@@ -100,7 +99,8 @@ class LookaheadAlgorithm {
                        const std::vector<TokenId>* successors = nullptr, int successors_k = 0);
 
   private:
-    void append_history(const TokenId* tokens, int n);  // caller holds shared_->mutex
+    // Adds the n-grams ending in `tokens` to `pool` (the shared pool, under its lock).
+    void append_history(const TokenId* tokens, int n, NgramPool* pool);
     void push_recent(const TokenId* tokens, int n);
     void prepare_classic(TokenId x, std::vector<TreeNode>* nodes);
     void prepare_tree(TokenId x, std::vector<TreeNode>* nodes);

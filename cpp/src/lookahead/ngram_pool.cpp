@@ -98,28 +98,6 @@ NgramPool NgramPool::reshaped(int ngram_len, int capacity) const {
     return out;
 }
 
-void SharedPool::add_text(std::vector<TokenId> text) {
-    text_tokens += static_cast<int64_t>(text.size());
-    texts.push_back(std::move(text));
-    while (texts.size() > 1 && text_tokens > kMaxTextTokens) {
-        text_tokens -= static_cast<int64_t>(texts.front().size());
-        texts.pop_front();
-    }
-}
-
-NgramPool SharedPool::pool_from_texts(int ngram_len, int capacity) const {
-    NgramPool out(ngram_len, capacity);
-    TokenId context[NgramPool::kContextLen];
-    for (const std::vector<TokenId>& text : texts) {
-        const int64_t size = static_cast<int64_t>(text.size());
-        for (int64_t key = 0; key + ngram_len < size; ++key) {
-            NgramPool::context_before(text.data(), key, context);
-            out.insert(text[key], text.data() + key + 1, NgramSource::kSeed, context);
-        }
-    }
-    return out;
-}
-
 bool operator==(const NgramPool& a, const NgramPool& b) {
     if (a.ngram_len_ != b.ngram_len_ || a.capacity_ != b.capacity_) return false;
     if (a.lists_.size() != b.lists_.size()) return false;

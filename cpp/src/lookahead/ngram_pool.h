@@ -5,10 +5,7 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <iosfwd>
-#include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -105,30 +102,5 @@ class NgramPool {
 
 // Same shape and the same lists (order included).
 bool operator==(const NgramPool& a, const NgramPool& b);
-
-// A pool that outlives one generation: a Session keeps one across calls (GenerationConfig::
-// keep_pool), and Sessions may share one (Session::share_pool), hence the mutex. Lock `mutex`
-// around every access to `pool`.
-//
-// It also keeps the texts (prompt + output) of the generations that ran lookahead on it, newest
-// last, up to kMaxTextTokens tokens: a run whose N is larger than the pool's rebuilds the pool
-// from them (cutting entries can only shorten them, so a larger N would otherwise start empty).
-struct SharedPool {
-    std::mutex mutex;
-    NgramPool pool{1, 0};  // reshaped to each lookahead config that uses it
-    std::deque<std::vector<TokenId>> texts;
-    int64_t text_tokens = 0;
-    static constexpr int64_t kMaxTextTokens = int64_t{1} << 16;
-
-    // Appends a generation's text, dropping the oldest texts beyond kMaxTextTokens tokens.
-    void add_text(std::vector<TokenId> text);
-    void clear_texts() {
-        texts.clear();
-        text_tokens = 0;
-    }
-    // A pool of (ngram_len, capacity) holding every n-gram of `texts` (with contexts), oldest
-    // text first, so each key keeps the most recent.
-    NgramPool pool_from_texts(int ngram_len, int capacity) const;
-};
 
 }  // namespace pylookahead

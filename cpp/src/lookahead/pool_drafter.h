@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "lookahead/draft_source.h"
-#include "lookahead/ngram_pool.h"
+#include "lookahead/shared_pool.h"
 
 namespace pylookahead {
 

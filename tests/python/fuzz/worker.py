@@ -21,11 +21,11 @@ def run_case(target: str, case_dir: Path) -> tuple[str, str]:
         if target == "pool":
             session = pylookahead.Session(case_dir / "model")
             session.load_pool(str(case_dir / "pool.bin"))
-            session.generate([1, 5, 6], 4, pylookahead.LookaheadConfig(window_size=0, ngram_size=3,
-                                                                       verification_set_size=2), keep_pool=True)
+            lookahead = pylookahead.LookaheadConfig(window_size=0, ngram_size=3, verification_set_size=2)
+            session.generate([1, 5, 6], max_new_tokens=4, lookahead=lookahead, keep_pool=True)
         else:
             model = pylookahead.Model(case_dir / "model.gguf" if target == "gguf" else case_dir, dtype="float32")
-            pylookahead.Session(model).generate([1, 5, 6], 2)
+            pylookahead.Session(model).generate([1, 5, 6], max_new_tokens=2)
     except (pylookahead.ModelLoadError, ValueError) as e:
         message = str(e)
         if "\x00" in message:

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "lookahead/auto/planner.h"
-#include "lookahead/ngram_pool.h"
+#include "lookahead/shared_pool.h"
 #include "pylookahead/types.h"
 
 namespace pylookahead {

@@ -88,7 +88,7 @@ def _log(message: str) -> None:
 
 def parse_config(text: str) -> tuple[int, int, int] | str:
     """``"W,N,G"`` -> (W, N, G) (validated by `LookaheadConfig`), or ``"auto"``. Raises ValueError."""
-    from . import LookaheadConfig
+    from .. import LookaheadConfig
 
     text = text.strip().lower()
     if text == "auto":
@@ -239,7 +239,7 @@ def _load_average() -> list[float] | None:
 def machine_info() -> dict[str, Any]:
     import torch
 
-    from . import __version__
+    from .. import __version__
 
     info = _cpu_info()
     info.update({
@@ -702,7 +702,7 @@ def _default_out(model_label: str, dtype: str, dataset: str) -> Path:
 
 
 def _model_label(model: str, path: Path) -> str:
-    from .models import get_entry
+    from ..catalog import get_entry
 
     try:
         return get_entry(model).name
@@ -723,8 +723,8 @@ def run_benchmark(
     """
     import torch
 
-    from . import LookaheadConfig
-    from .session import Model, Session
+    from .. import LookaheadConfig
+    from ..session import Model, Session
 
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1 (got {args.max_new_tokens})")

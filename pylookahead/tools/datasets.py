@@ -98,7 +98,7 @@ DATASETS: dict[str, DatasetSource] = {MTBENCH.name: MTBENCH, HUMANEVAL.name: HUM
 
 
 def _cache_root() -> Path:
-    from .models import cache_dir
+    from ..catalog import cache_dir
 
     return cache_dir() / "datasets"
 
