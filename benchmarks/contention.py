@@ -84,8 +84,11 @@ def main(argv: list[str] | None = None) -> int:
     policies = args.policies.split(",")
     for p in policies:  # "spinN": GOMP_SPINCOUNT=N
         if p not in POLICIES and p.startswith("spin") and p[4:].rstrip("k").isdigit():
-            POLICIES[p] = {"OMP_WAIT_POLICY": None, "PYLOOKAHEAD_GOVERN_THREADS": "0",
-                           "GOMP_SPINCOUNT": str(int(p[4:].rstrip("k")) * (1000 if p.endswith("k") else 1))}
+            POLICIES[p] = {
+                "OMP_WAIT_POLICY": None,
+                "PYLOOKAHEAD_GOVERN_THREADS": "0",
+                "GOMP_SPINCOUNT": str(int(p[4:].rstrip("k")) * (1000 if p.endswith("k") else 1)),
+            }
     cells = [(load, int(threads)) for load in ("quiet", "busy") for threads in args.threads.split(",")]
     results: dict[str, dict[str, list[float]]] = {p: {f"{l}-{t}": [] for l, t in cells} for p in policies}
     for rnd in range(args.rounds):

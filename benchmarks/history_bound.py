@@ -85,12 +85,18 @@ def main(argv: list[str] | None = None) -> int:
             accepted = oracle_steps(seq, len(prompt.ids), depth)
             tokens = len(answer) - 1  # the first comes from prefill
             seconds = sum(interpolate(table, 1 + a) for a in accepted)
-            row[f"depth{depth}"] = {"steps": len(accepted), "tokens_per_step": tokens / max(len(accepted), 1),
-                                    "speedup": tokens * greedy_s / seconds if seconds else 1.0}
+            row[f"depth{depth}"] = {
+                "steps": len(accepted),
+                "tokens_per_step": tokens / max(len(accepted), 1),
+                "speedup": tokens * greedy_s / seconds if seconds else 1.0,
+            }
         measured = {}
         for name, result in record["results"].items():
             if name.startswith("lookahead") and result.get("steps"):
-                measured[name] = {"steps": result["steps"], "tokens_per_step": (result["new_tokens"] - 1) / result["steps"]}
+                measured[name] = {
+                    "steps": result["steps"],
+                    "tokens_per_step": (result["new_tokens"] - 1) / result["steps"],
+                }
         row["measured"] = measured
         rows.append(row)
 
@@ -99,14 +105,15 @@ def main(argv: list[str] | None = None) -> int:
         key = f"depth{depth}"
         steps = sum(r[key]["steps"] for r in rows)
         tokens = sum(r["new_tokens"] - 1 for r in rows)
-        summary[key] = {"tokens_per_step": tokens / steps,
-                        "speedup_median": median(r[key]["speedup"] for r in rows)}
+        summary[key] = {"tokens_per_step": tokens / steps, "speedup_median": median(r[key]["speedup"] for r in rows)}
     measured_summary = {}
     for name in rows[0]["measured"]:
         steps = sum(r["measured"][name]["steps"] for r in rows if name in r["measured"])
         tokens = sum(r["new_tokens"] - 1 for r in rows if name in r["measured"])
-        measured_summary[name] = {"tokens_per_step": tokens / steps,
-                                  "speedup_median": data["methods"][name]["speedup_vs_greedy"]["median"]}
+        measured_summary[name] = {
+            "tokens_per_step": tokens / steps,
+            "speedup_median": data["methods"][name]["speedup_vs_greedy"]["median"],
+        }
 
     print(f"{settings['model']} {settings['dtype']} | {len(rows)} prompts | step costs (s): {table}")
     print(f"{'':32s} tokens/step  speedup (median)")

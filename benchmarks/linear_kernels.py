@@ -26,9 +26,12 @@ from statistics import median
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    parser.add_argument("--kernels", default="bf16-avx512,avx2,onednn",
-                        help="comma list of EngineConfig.linear_kernel values, each optionally as DTYPE:KERNEL "
-                             "(e.g. bfloat16:avx2,float32:avx2 compares dtypes side by side)")
+    parser.add_argument(
+        "--kernels",
+        default="bf16-avx512,avx2,onednn",
+        help="comma list of EngineConfig.linear_kernel values, each optionally as DTYPE:KERNEL "
+        "(e.g. bfloat16:avx2,float32:avx2 compares dtypes side by side)",
+    )
     parser.add_argument("--dtype", default="bfloat16", help="dtype of the kernels given without one")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
@@ -72,8 +75,11 @@ def main(argv: list[str] | None = None) -> int:
                 exact[k] = exact[k] and la.token_ids == greedy.token_ids
                 reference.setdefault(p.id, greedy.token_ids)
                 same_as_first[k] = same_as_first[k] and greedy.token_ids == reference[p.id]
-            print(f"round {rnd + 1}/{args.rounds} {k}: greedy {median(speeds[k]['greedy'][-len(prompts):]):.1f} tok/s,"
-                  f" lookahead {median(speeds[k]['lookahead'][-len(prompts):]):.1f} tok/s", flush=True)
+            print(
+                f"round {rnd + 1}/{args.rounds} {k}: greedy {median(speeds[k]['greedy'][-len(prompts) :]):.1f} tok/s,"
+                f" lookahead {median(speeds[k]['lookahead'][-len(prompts) :]):.1f} tok/s",
+                flush=True,
+            )
 
     result_kernels = {}
     for k in kernels:
@@ -98,26 +104,47 @@ def main(argv: list[str] | None = None) -> int:
         r["greedy_vs_first_kernel"] = r["greedy_tok_s_median"] / result_kernels[first]["greedy_tok_s_median"]
         r["lookahead_vs_first_kernel"] = r["lookahead_tok_s_median"] / result_kernels[first]["lookahead_tok_s_median"]
 
-    print(f"{args.model} {args.dtype} | {args.threads} threads | {args.rounds} rounds x {len(prompts)} prompts | lookahead {args.config}")
+    print(
+        f"{args.model} {args.dtype} | {args.threads} threads | {args.rounds} rounds x {len(prompts)} prompts | lookahead {args.config}"
+    )
     ts = list(result_kernels[first]["step_seconds"])
-    print(f"{'kernel':20s} " + " ".join(f"T={t:>3s}" for t in ts) + "   greedy tok/s  lookahead tok/s  la/greedy  exact")
+    print(
+        f"{'kernel':20s} " + " ".join(f"T={t:>3s}" for t in ts) + "   greedy tok/s  lookahead tok/s  la/greedy  exact"
+    )
     for k, r in result_kernels.items():
         costs = " ".join(f"{r['step_cost_vs_1_token'][t]:5.2f}" for t in ts)
-        print(f"{k:20s} {costs}   {r['greedy_tok_s_median']:12.1f}  {r['lookahead_tok_s_median']:15.1f}  "
-              f"{r['lookahead_vs_greedy']:9.2f}  {r['lookahead_equals_greedy']}")
-    print(f"(T columns: step cost relative to the kernel's own 1-token step; "
-          f"1-token step: " + ", ".join(f"{k} {r['step_seconds'][ts[0]] * 1e3:.1f} ms" for k, r in result_kernels.items()) + ")")
+        print(
+            f"{k:20s} {costs}   {r['greedy_tok_s_median']:12.1f}  {r['lookahead_tok_s_median']:15.1f}  "
+            f"{r['lookahead_vs_greedy']:9.2f}  {r['lookahead_equals_greedy']}"
+        )
+    print(
+        "(T columns: step cost relative to the kernel's own 1-token step; "
+        "1-token step: "
+        + ", ".join(f"{k} {r['step_seconds'][ts[0]] * 1e3:.1f} ms" for k, r in result_kernels.items())
+        + ")"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         out = {
             "kind": "linear-kernels",
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "python " + " ".join(shlex.quote(a) for a in [__file__.split("/")[-2] + "/" + Path(__file__).name] + (argv if argv is not None else sys.argv[1:])),
+            "command": "python "
+            + " ".join(
+                shlex.quote(a)
+                for a in [__file__.split("/")[-2] + "/" + Path(__file__).name]
+                + (argv if argv is not None else sys.argv[1:])
+            ),
             "machine": bench.machine_info(),
             "versions": {"pylookahead": pylookahead.__version__, "torch": torch.__version__},
-            "settings": {"model": args.model, "dtype": args.dtype, "threads": args.threads, "rounds": args.rounds,
-                         "prompts": [p.id for p in prompts], "max_new_tokens": args.max_new_tokens,
-                         "lookahead": args.config},
+            "settings": {
+                "model": args.model,
+                "dtype": args.dtype,
+                "threads": args.threads,
+                "rounds": args.rounds,
+                "prompts": [p.id for p in prompts],
+                "max_new_tokens": args.max_new_tokens,
+                "lookahead": args.config,
+            },
             "kernels": result_kernels,
         }
         args.out.write_text(json.dumps(out, indent=1) + "\n")

@@ -241,8 +241,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="benchmarks/plot_results.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("files", nargs="*", type=Path, help="JSON results (default: benchmarks/results/*.json)")
     parser.add_argument("--out-dir", type=Path, default=Path("benchmarks/results/plots"))
-    parser.add_argument("--metric", choices=["median", "total", "paired_median"], default="median",
-                        help="speedup.png: ratio of median tok/s, of total tok/s, or median of per-prompt ratios")
+    parser.add_argument(
+        "--metric",
+        choices=["median", "total", "paired_median"],
+        default="median",
+        help="speedup.png: ratio of median tok/s, of total tok/s, or median of per-prompt ratios",
+    )
     parser.add_argument("--markdown", action="store_true", help="also print Markdown tables")
     args = parser.parse_args(argv)
     files = args.files or sorted(Path("benchmarks/results").glob("*.json"))

@@ -101,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                 return llama_cpp.Llama(str(gguf_path), n_ctx=2048, n_threads=args.threads, n_threads_batch=args.threads,
                                        n_batch=512, verbose=False, draft_model=draft)  # fmt: skip
 
-            llama = {"llama.cpp": load_llama(), "llama.cpp-pld": load_llama(LlamaPromptLookupDecoding(num_pred_tokens=10))}
+            llama = {
+                "llama.cpp": load_llama(),
+                "llama.cpp-pld": load_llama(LlamaPromptLookupDecoding(num_pred_tokens=10)),
+            }
             llama_note = f"llama-cpp-python {llama_cpp.__version__}"
         except ImportError as error:
             llama_note = f"llama-cpp-python not installed ({error})"
@@ -182,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
     if "bf16" in results:
         for k in ("int8", "int4", "gguf"):
             if k in results:
-                ratios[f"{k}_greedy_vs_bf16_greedy"] = results[k]["greedy_tok_s_median"] / results["bf16"]["greedy_tok_s_median"]
+                ratios[f"{k}_greedy_vs_bf16_greedy"] = (
+                    results[k]["greedy_tok_s_median"] / results["bf16"]["greedy_tok_s_median"]
+                )
     if llama:
         lp = results["llama.cpp"]["greedy_tok_s_median"]
         for k in names:
@@ -190,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             ratios[f"{k}_auto_vs_llama_plain"] = results[k]["auto_tok_s_median"] / lp
         ratios["llama_pld_vs_llama_plain"] = results["llama.cpp-pld"]["greedy_tok_s_median"] / lp
 
-    print(f"\n{args.model} | {args.threads} threads | {args.rounds} rounds x {len(prompts)} HumanEval prompts | {n} new tokens")
+    print(
+        f"\n{args.model} | {args.threads} threads | {args.rounds} rounds x {len(prompts)} HumanEval prompts | {n} new tokens"
+    )
     print(f"{'method':14s} {'MiB':>6s} {'greedy':>8s} {'auto':>8s} {'auto/g':>7s} exact  top1-vs-bf16  "
           f"same-as-bf16  first-div")  # fmt: skip
     for k in names:

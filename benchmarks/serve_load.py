@@ -71,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
         for m in messages:
             ids = model.tokenizer.encode_chat(m, add_generation_prompt=True)
             out = lib.generate(ids, max_new_tokens=n, lookahead=None if mode == "greedy" else "auto")
-            runs.append({"tokens": len(out.token_ids), "decode_s_per_token": out.stats.decode_s / max(1, out.stats.new_tokens - 1)})
+            runs.append(
+                {
+                    "tokens": len(out.token_ids),
+                    "decode_s_per_token": out.stats.decode_s / max(1, out.stats.new_tokens - 1),
+                }
+            )
         library[mode] = runs
 
     app = create_app(model, ServerOptions(model_name=args.model, sessions=args.sessions, max_queue=64))

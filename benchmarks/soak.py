@@ -92,13 +92,20 @@ def main(argv: list[str] | None = None) -> int:
             s.reset()
             s.load_pool(work / "pool.bin")
         if i % args.sample_every == 0 or i == args.generations - 1:
-            samples.append({"generation": i, "seconds": round(time.monotonic() - t0, 1), "rss_mib": round(rss_mib(), 1)})
-            print(f"{i:6d} generations  {samples[-1]['seconds']:7.1f} s  RSS {samples[-1]['rss_mib']:7.1f} MiB", flush=True)
+            samples.append(
+                {"generation": i, "seconds": round(time.monotonic() - t0, 1), "rss_mib": round(rss_mib(), 1)}
+            )
+            print(
+                f"{i:6d} generations  {samples[-1]['seconds']:7.1f} s  RSS {samples[-1]['rss_mib']:7.1f} MiB",
+                flush=True,
+            )
     warm = [x for x in samples if x["generation"] >= args.generations // 10] or samples
     growth = warm[-1]["rss_mib"] - warm[0]["rss_mib"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(f"RSS after warm-up: {warm[0]['rss_mib']:.1f} -> {warm[-1]['rss_mib']:.1f} MiB ({growth:+.1f}); peak {peak:.1f} MiB; "
-          f"lookahead != greedy: {mismatches}")
+    print(
+        f"RSS after warm-up: {warm[0]['rss_mib']:.1f} -> {warm[-1]['rss_mib']:.1f} MiB ({growth:+.1f}); peak {peak:.1f} MiB; "
+        f"lookahead != greedy: {mismatches}"
+    )
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({

@@ -38,7 +38,7 @@ def grid(windows: list[int], ngrams: list[int], gsets: str) -> list[str]:
     """`--config` strings for the grid; `gsets` is "W" (G = W, the paper's choice) or comma-separated G values."""
     configs = []
     for w, n in itertools.product(windows, ngrams):
-        for g in ([w] if gsets.strip().upper() == "W" else _int_list(gsets)):
+        for g in [w] if gsets.strip().upper() == "W" else _int_list(gsets):
             if (w + g) * (n - 1) <= 1024:  # LookaheadConfig's limit
                 configs.append(f"{w},{n},{g}")
     return list(dict.fromkeys(configs))

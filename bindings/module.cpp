@@ -38,7 +38,8 @@ std::string stop_reason_name(StopReason r) {
 // int or does not fit (instead of pybind11's TypeError "incompatible function arguments").
 int64_t checked_int(const py::handle& v, const char* name, int64_t lo, int64_t hi) {
     if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) {
-        throw ConfigError(std::string(name) + " must be an int (got " + std::string(py::repr(v)) + ")");
+        throw ConfigError(std::string(name) + " must be an int (got " + std::string(py::repr(v)) +
+                          ")");
     }
     int overflow = 0;
     const long long x = PyLong_AsLongLongAndOverflow(v.ptr(), &overflow);
@@ -55,7 +56,8 @@ constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 // A uint64 seed from a Python int in [0, 2^64).
 uint64_t checked_seed(const py::handle& v, const char* name) {
     if (!PyLong_Check(v.ptr()) || PyBool_Check(v.ptr())) {
-        throw ConfigError(std::string(name) + " must be an int (got " + std::string(py::repr(v)) + ")");
+        throw ConfigError(std::string(name) + " must be an int (got " + std::string(py::repr(v)) +
+                          ")");
     }
     const unsigned long long x = PyLong_AsUnsignedLongLong(v.ptr());
     if (x == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
@@ -68,7 +70,8 @@ uint64_t checked_seed(const py::handle& v, const char* name) {
 
 void bind_errors(py::module_& m) {
     static py::exception<ModelLoadError> model_load_error(m, "ModelLoadError", PyExc_RuntimeError);
-    static py::exception<SessionBusyError> session_busy_error(m, "SessionBusyError", PyExc_RuntimeError);
+    static py::exception<SessionBusyError> session_busy_error(m, "SessionBusyError",
+                                                              PyExc_RuntimeError);
     py::register_exception_translator([](std::exception_ptr p) {
         try {
             if (p) std::rethrow_exception(p);
@@ -82,20 +85,22 @@ void bind_errors(py::module_& m) {
             py::set_error(PyExc_RuntimeError, (std::string("internal error: ") + e.what()).c_str());
         } catch (const c10::Error& e) {
             // libtorch's messages may quote bytes of a file: made valid UTF-8 as ours are.
-            py::set_error(PyExc_RuntimeError, printable_message(e.what_without_backtrace()).c_str());
+            py::set_error(PyExc_RuntimeError,
+                          printable_message(e.what_without_backtrace()).c_str());
         }
     });
 }
 
 void bind_config(py::module_& m) {
-    py::class_<LookaheadConfig>(m, "LookaheadConfig",
-                                "Lookahead decoding options: W columns x (N-1) levels, G candidates; window_size=0 "
-                                "verifies pool candidates only (no Jacobi window). tree_rows=R > 0 merges the "
-                                "pool's G n-grams, suffix lookup (suffix_branches) and token recycling "
-                                "(recycle_top_k) into one draft tree of at most R rows.")
-        .def(py::init([](const py::object& w, const py::object& n, const py::object& g, bool seed_from_prompt,
-                         const py::object& seed, const py::object& tree_rows, const py::object& suffix_branches,
-                         const py::object& recycle_top_k) {
+    py::class_<LookaheadConfig>(
+        m, "LookaheadConfig",
+        "Lookahead decoding options: W columns x (N-1) levels, G candidates; window_size=0 "
+        "verifies pool candidates only (no Jacobi window). tree_rows=R > 0 merges the "
+        "pool's G n-grams, suffix lookup (suffix_branches) and token recycling "
+        "(recycle_top_k) into one draft tree of at most R rows.")
+        .def(py::init([](const py::object& w, const py::object& n, const py::object& g,
+                         bool seed_from_prompt, const py::object& seed, const py::object& tree_rows,
+                         const py::object& suffix_branches, const py::object& recycle_top_k) {
                  LookaheadConfig c;
                  c.window_size = static_cast<int>(checked_int(w, "window_size", kIntMin, kIntMax));
                  c.ngram_size = static_cast<int>(checked_int(n, "ngram_size", kIntMin, kIntMax));
@@ -103,11 +108,12 @@ void bind_config(py::module_& m) {
                      static_cast<int>(checked_int(g, "verification_set_size", kIntMin, kIntMax));
                  c.seed_from_prompt = seed_from_prompt;
                  c.seed = checked_seed(seed, "seed");
-                 c.tree_rows = static_cast<int>(checked_int(tree_rows, "tree_rows", kIntMin, kIntMax));
-                 c.suffix_branches =
-                     static_cast<int>(checked_int(suffix_branches, "suffix_branches", kIntMin, kIntMax));
-                 c.recycle_top_k =
-                     static_cast<int>(checked_int(recycle_top_k, "recycle_top_k", kIntMin, kIntMax));
+                 c.tree_rows =
+                     static_cast<int>(checked_int(tree_rows, "tree_rows", kIntMin, kIntMax));
+                 c.suffix_branches = static_cast<int>(
+                     checked_int(suffix_branches, "suffix_branches", kIntMin, kIntMax));
+                 c.recycle_top_k = static_cast<int>(
+                     checked_int(recycle_top_k, "recycle_top_k", kIntMin, kIntMax));
                  c.validate();
                  return c;
              }),
@@ -138,21 +144,26 @@ void bind_config(py::module_& m) {
             return s + ")";
         });
 
-    py::class_<AutoLookahead>(m, "AutoLookahead",
-                              "Automatic lookahead: the engine picks greedy or (W, N, G) steps itself.")
+    py::class_<AutoLookahead>(
+        m, "AutoLookahead",
+        "Automatic lookahead: the engine picks greedy or (W, N, G) steps itself.")
         .def(py::init([](const py::object& replan_interval, double min_gain,
                          const py::object& max_tokens_per_step, const py::object& probe_after,
-                         const py::object& probe_steps, const py::object& seed, const py::object& tree_rows) {
+                         const py::object& probe_steps, const py::object& seed,
+                         const py::object& tree_rows) {
                  AutoLookahead a;
-                 a.replan_interval =
-                     static_cast<int>(checked_int(replan_interval, "replan_interval", kIntMin, kIntMax));
+                 a.replan_interval = static_cast<int>(
+                     checked_int(replan_interval, "replan_interval", kIntMin, kIntMax));
                  a.min_gain = min_gain;
                  a.max_tokens_per_step = static_cast<int>(
                      checked_int(max_tokens_per_step, "max_tokens_per_step", kIntMin, kIntMax));
-                 a.probe_after = static_cast<int>(checked_int(probe_after, "probe_after", kIntMin, kIntMax));
-                 a.probe_steps = static_cast<int>(checked_int(probe_steps, "probe_steps", kIntMin, kIntMax));
+                 a.probe_after =
+                     static_cast<int>(checked_int(probe_after, "probe_after", kIntMin, kIntMax));
+                 a.probe_steps =
+                     static_cast<int>(checked_int(probe_steps, "probe_steps", kIntMin, kIntMax));
                  a.seed = checked_seed(seed, "seed");
-                 a.tree_rows = static_cast<int>(checked_int(tree_rows, "tree_rows", kIntMin, kIntMax));
+                 a.tree_rows =
+                     static_cast<int>(checked_int(tree_rows, "tree_rows", kIntMin, kIntMax));
                  a.validate();
                  return a;
              }),
@@ -252,16 +263,17 @@ void bind_results(py::module_& m) {
         .def_readonly("accept_histogram", &GenerationStats::accept_histogram)
         .def_readonly("accepted_from_prompt", &GenerationStats::accepted_from_prompt)
         .def_readonly("accepted_from_window", &GenerationStats::accepted_from_window)
-        .def_property_readonly("accepted_tokens_by_source",
-                               [](const GenerationStats& s) {
-                                   py::dict d;
-                                   for (size_t i = 0; i < s.accepted_tokens_by_source.size(); ++i) {
-                                       d[draft_source_names()[i]] = s.accepted_tokens_by_source[i];
-                                   }
-                                   return d;
-                               },
-                               "Accepted draft tokens (bonus tokens not counted) by source: history, "
-                               "window, suffix, recycle.")
+        .def_property_readonly(
+            "accepted_tokens_by_source",
+            [](const GenerationStats& s) {
+                py::dict d;
+                for (size_t i = 0; i < s.accepted_tokens_by_source.size(); ++i) {
+                    d[draft_source_names()[i]] = s.accepted_tokens_by_source[i];
+                }
+                return d;
+            },
+            "Accepted draft tokens (bonus tokens not counted) by source: history, "
+            "window, suffix, recycle.")
         .def_readonly("pool_size", &GenerationStats::pool_size)
         .def_readonly("step_times_s", &GenerationStats::step_times_s)
         .def_readonly("lookahead_steps", &GenerationStats::lookahead_steps)
@@ -271,8 +283,9 @@ void bind_results(py::module_& m) {
     py::class_<GenerationResult>(m, "GenerationResult")
         .def_readonly("token_ids", &GenerationResult::token_ids)
         .def_readonly("stats", &GenerationResult::stats)
-        .def_property_readonly("stop_reason",
-                               [](const GenerationResult& r) { return stop_reason_name(r.stop_reason); });
+        .def_property_readonly("stop_reason", [](const GenerationResult& r) {
+            return stop_reason_name(r.stop_reason);
+        });
 
     py::class_<ModelInfo>(m, "ModelInfo")
         .def_readonly("architecture", &ModelInfo::architecture)
@@ -328,8 +341,10 @@ void bind_session(py::module_& m) {
                 std::optional<AutoLookahead> automatic;
                 if (py::isinstance<py::str>(lookahead)) {
                     if (lookahead.cast<std::string>() != "auto") {
-                        throw ConfigError("lookahead must be None, 'auto', a LookaheadConfig or an "
-                                          "AutoLookahead (got '" + lookahead.cast<std::string>() + "')");
+                        throw ConfigError(
+                            "lookahead must be None, 'auto', a LookaheadConfig or an "
+                            "AutoLookahead (got '" +
+                            lookahead.cast<std::string>() + "')");
                     }
                     automatic = AutoLookahead();
                 } else if (py::isinstance<AutoLookahead>(lookahead)) {
@@ -337,8 +352,10 @@ void bind_session(py::module_& m) {
                 } else if (py::isinstance<LookaheadConfig>(lookahead)) {
                     fixed = lookahead.cast<LookaheadConfig>();
                 } else if (!lookahead.is_none()) {
-                    throw ConfigError("lookahead must be None, 'auto', a LookaheadConfig or an "
-                                      "AutoLookahead (got " + std::string(py::repr(lookahead)) + ")");
+                    throw ConfigError(
+                        "lookahead must be None, 'auto', a LookaheadConfig or an "
+                        "AutoLookahead (got " +
+                        std::string(py::repr(lookahead)) + ")");
                 }
                 OnTokens cb;
                 if (on_tokens.is_none() && on_main_thread()) {
@@ -368,7 +385,8 @@ void bind_session(py::module_& m) {
                         py::object r = (*fn)(toks);
                         if (r.is_none()) return StreamControl(true);
                         if (py::isinstance<py::bool_>(r)) return StreamControl(r.cast<bool>());
-                        if (py::isinstance<py::int_>(r)) return StreamControl::stop_after(r.cast<int>());
+                        if (py::isinstance<py::int_>(r))
+                            return StreamControl::stop_after(r.cast<int>());
                         throw ConfigError("on_tokens must return None, a bool or an int (got " +
                                           std::string(py::repr(r)) + ")");
                     };
@@ -379,19 +397,20 @@ void bind_session(py::module_& m) {
             },
             py::arg("prompt"), py::arg("config") = GenerationConfig(),
             py::arg("lookahead") = py::none(), py::arg("on_tokens") = py::none())
-        .def("prompt_logits",
-             [](Session& s, const std::vector<TokenId>& prompt) {
-                 std::vector<float> flat;
-                 {
-                     py::gil_scoped_release nogil;
-                     flat = s.prompt_logits(prompt);
-                 }
-                 const py::ssize_t v = s.model().info().vocab_size;
-                 py::array_t<float> out({static_cast<py::ssize_t>(prompt.size()), v});
-                 std::copy(flat.begin(), flat.end(), out.mutable_data());
-                 return out;
-             },
-             py::arg("prompt"))
+        .def(
+            "prompt_logits",
+            [](Session& s, const std::vector<TokenId>& prompt) {
+                std::vector<float> flat;
+                {
+                    py::gil_scoped_release nogil;
+                    flat = s.prompt_logits(prompt);
+                }
+                const py::ssize_t v = s.model().info().vocab_size;
+                py::array_t<float> out({static_cast<py::ssize_t>(prompt.size()), v});
+                std::copy(flat.begin(), flat.end(), out.mutable_data());
+                return out;
+            },
+            py::arg("prompt"))
         .def(
             "calibrate",
             [](Session& s) {
@@ -440,7 +459,8 @@ void bind_gguf(py::module_& m) {
                 info = read_gguf_info(path);
             }
             py::list tensors;
-            for (const GgufTensorInfo& t : info.tensors) tensors.append(py::make_tuple(t.name, t.type, t.shape));
+            for (const GgufTensorInfo& t : info.tensors)
+                tensors.append(py::make_tuple(t.name, t.type, t.shape));
             py::dict out;
             out["metadata"] = info.metadata;
             out["tensors"] = tensors;

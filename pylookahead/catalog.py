@@ -155,9 +155,7 @@ def is_pulled(name: str) -> bool:
     return (model_dir(name) / COMPLETE_MARKER).is_file()
 
 
-def resolve_model(
-    name_or_dir: str | os.PathLike[str], *, pull: Callable[[str], Path] | None = None
-) -> Path:
+def resolve_model(name_or_dir: str | os.PathLike[str], *, pull: Callable[[str], Path] | None = None) -> Path:
     """Turn a user's model argument into a checkpoint directory.
 
     * A directory containing config.json is used as is.

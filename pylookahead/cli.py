@@ -9,7 +9,13 @@ import time
 
 def _lookahead_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("lookahead")
-    g.add_argument("-W", "--window-size", type=int, default=None, help="lookahead columns W (0: verify pool n-grams only, no Jacobi window)")
+    g.add_argument(
+        "-W",
+        "--window-size",
+        type=int,
+        default=None,
+        help="lookahead columns W (0: verify pool n-grams only, no Jacobi window)",
+    )
     g.add_argument("-N", "--ngram-size", type=int, default=None, help="n-gram size N")
     g.add_argument("-G", "--verification-set-size", type=int, default=None, help="candidates G")
     g.add_argument("-R", "--tree-rows", type=int, default=None,
@@ -104,10 +110,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(_summary(label, out))
     if lookahead == "auto":
         steps = " ".join(f"{d.step}:{d.label}" for d in out.stats.auto_decisions)
-        print(
-            f"auto: {out.stats.lookahead_steps} of {out.stats.steps} steps ran lookahead; "
-            f"from step:config {steps}"
-        )
+        print(f"auto: {out.stats.lookahead_steps} of {out.stats.steps} steps ran lookahead; from step:config {steps}")
     if args.compare_greedy and lookahead is not None:
         ref = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=None, **options)
         print(_summary("greedy" if args.temperature == 0 else "plain sampling", ref))
@@ -125,7 +128,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    for name, value, low in (("--port", args.port, 0), ("--sessions", args.sessions, 1), ("--max-queue", args.max_queue, 0)):
+    for name, value, low in (
+        ("--port", args.port, 0),
+        ("--sessions", args.sessions, 1),
+        ("--max-queue", args.max_queue, 0),
+    ):
         if value < low:
             raise ValueError(f"{name} must be >= {low} (got {value})")
     try:
@@ -188,18 +195,30 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument("--chat", action="store_true", help="wrap the prompt in the chat template")
     g.add_argument("--stream", action="store_true", help="print the text as the steps accept it")
-    g.add_argument("--stop", action="append", metavar="TEXT",
-                   help="stop before this text (repeatable); the text itself is not printed")
-    g.add_argument("--temperature", type=float, default=0.0,
-                   help="0 = greedy (default); > 0 samples, identically with or without lookahead")
+    g.add_argument(
+        "--stop",
+        action="append",
+        metavar="TEXT",
+        help="stop before this text (repeatable); the text itself is not printed",
+    )
+    g.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0 = greedy (default); > 0 samples, identically with or without lookahead",
+    )
     g.add_argument("--top-k", type=int, default=0, help="sample among the K most likely tokens (0 = all)")
     g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (1 = off)")
     g.add_argument("--seed", type=int, default=0, help="sampling seed")
     g.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "float64"])
     g.add_argument("--device", default="cpu")
-    g.add_argument("--quantize", default="auto", choices=["auto", "none", "int8", "int4"],
-                   help="linear-layer formats: the checkpoint's (auto: a GGUF's Q8_0/Q5_0/Q4_0/Q4_1 as they are), "
-                        "dtype (none), or quantized at load (int8, int4); lookahead stays exact")
+    g.add_argument(
+        "--quantize",
+        default="auto",
+        choices=["auto", "none", "int8", "int4"],
+        help="linear-layer formats: the checkpoint's (auto: a GGUF's Q8_0/Q5_0/Q4_0/Q4_1 as they are), "
+        "dtype (none), or quantized at load (int8, int4); lookahead stays exact",
+    )
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
     _lookahead_args(g)
     g.set_defaults(func=cmd_generate)

@@ -197,8 +197,7 @@ class Session:
         if isinstance(prompt, str):
             if self.tokenizer is None:
                 raise ValueError(
-                    f"prompt is a string but {self.model.path} has no tokenizer.json; "
-                    "pass token ids instead"
+                    f"prompt is a string but {self.model.path} has no tokenizer.json; pass token ids instead"
                 )
             return self.tokenizer.encode(prompt)
         try:
@@ -281,9 +280,7 @@ class Session:
             self._messages = conversation + [{"role": "assistant", "content": out.text}]
             return out
 
-    def chat_stream(
-        self, messages: str | Message | Sequence[Message], **options: Any
-    ) -> Iterator[StreamChunk]:
+    def chat_stream(self, messages: str | Message | Sequence[Message], **options: Any) -> Iterator[StreamChunk]:
         """`chat`, streamed as `stream` does. A conversation left early keeps the partial answer."""
         with self._exclusive():
             run, conversation = self._prepare_chat(messages, options)
@@ -455,9 +452,7 @@ class Session:
         (stop strings, include_stop, skip_special_tokens, timeout_s, unknown names)."""
         unknown = sorted(set(options) - _OPTIONS)
         if unknown:
-            raise ValueError(
-                f"unknown generation option {unknown[0]!r} (known: {', '.join(sorted(_OPTIONS))})"
-            )
+            raise ValueError(f"unknown generation option {unknown[0]!r} (known: {', '.join(sorted(_OPTIONS))})")
         ids = self.encode(prompt)
         config = _core.GenerationConfig()
         config.max_new_tokens = _c_int("max_new_tokens", max_new_tokens)
@@ -505,14 +500,8 @@ class Session:
         if not new:
             raise ValueError("messages must hold at least one message (got none)")
         for i, m in enumerate(new):
-            if (
-                not isinstance(m, dict)
-                or not isinstance(m.get("role"), str)
-                or not isinstance(m.get("content"), str)
-            ):
-                raise ValueError(
-                    f"messages[{i}] must be a dict with str 'role' and 'content' (got {m!r})"
-                )
+            if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+                raise ValueError(f"messages[{i}] must be a dict with str 'role' and 'content' (got {m!r})")
         conversation = self._messages + new
         ids = self.tokenizer.encode_chat(conversation, add_generation_prompt=True)
         options = dict(options)

@@ -5,6 +5,9 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
 . .venv/bin/activate
 
+echo "== formatting (clang-format, ruff format) =="
+bash scripts/format.sh --check
+
 echo "== C++ unit tests (ctest) =="
 cmake -S . -B build/cpp-tests -G Ninja -DPYLOOKAHEAD_WITH_TORCH=OFF -DPYLOOKAHEAD_BUILD_TESTS=ON >/dev/null
 cmake --build build/cpp-tests -j 2

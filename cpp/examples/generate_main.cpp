@@ -65,13 +65,16 @@ void print_usage(std::ostream& os) {
        << "  --device NAME                    cpu, cuda or cuda:K (default " << engine.device
        << ")\n"
        << "  --threads INT                    CPU threads, 0 keeps libtorch's default\n"
-       << "  --linear-kernel NAME             auto, bf16-avx512, avx2, onednn, generic or aten (default "
+       << "  --linear-kernel NAME             auto, bf16-avx512, avx2, onednn, generic or aten "
+          "(default "
        << engine.linear_kernel << ")\n"
-       << "  --quantize NAME                  auto, none, int8 or int4 (default " << engine.quantize << ")\n"
+       << "  --quantize NAME                  auto, none, int8 or int4 (default " << engine.quantize
+       << ")\n"
        << "  --temperature FLOAT              0 = greedy (default); > 0 samples\n"
        << "  --top-k INT, --top-p FLOAT       sampling filters (default off)\n"
        << "  --seed INT                       sampling seed (default 0)\n"
-       << "  --stop-after INT                 stop from the streaming callback after this many tokens\n";
+       << "  --stop-after INT                 stop from the streaming callback after this many "
+          "tokens\n";
 }
 
 long long parse_int(const std::string& text, const std::string& what, long long lo, long long hi) {
@@ -170,7 +173,8 @@ Options parse_args(int argc, char** argv) {
         } else if (arg == "--top-k") {
             o.gen.top_k = static_cast<int>(parse_int(value(), arg, 0, kIntMax));
         } else if (arg == "--seed") {
-            o.gen.seed = static_cast<uint64_t>(parse_int(value(), arg, 0, std::numeric_limits<long long>::max()));
+            o.gen.seed = static_cast<uint64_t>(
+                parse_int(value(), arg, 0, std::numeric_limits<long long>::max()));
         } else if (arg == "--stop-after") {
             o.stop_after = static_cast<int>(parse_int(value(), arg, 1, kIntMax));
         } else if (arg == "--threads") {
@@ -219,7 +223,8 @@ void print_result(const std::string& label, const pla::GenerationResult& r) {
     std::printf("%s_prefill_s: %.6f\n", label.c_str(), s.prefill_s);
     std::printf("%s_decode_s: %.6f\n", label.c_str(), s.decode_s);
     // Accepted draft tokens by source, in pla::draft_source_names() order.
-    std::vector<int64_t> by_source(s.accepted_tokens_by_source.begin(), s.accepted_tokens_by_source.end());
+    std::vector<int64_t> by_source(s.accepted_tokens_by_source.begin(),
+                                   s.accepted_tokens_by_source.end());
     std::printf("%s_accepted_by_source: %s\n", label.c_str(), join(by_source).c_str());
 }
 
@@ -230,7 +235,8 @@ int run(const Options& o) {
     // that many tokens (keeping only part of the chunk that crosses the limit).
     std::vector<int> chunks;
     int received = 0;
-    const pla::OnTokens on_tokens = [&](const std::vector<pla::TokenId>& tokens) -> pla::StreamControl {
+    const pla::OnTokens on_tokens =
+        [&](const std::vector<pla::TokenId>& tokens) -> pla::StreamControl {
         chunks.push_back(static_cast<int>(tokens.size()));
         const int before = received;
         received += static_cast<int>(tokens.size());
@@ -243,7 +249,8 @@ int run(const Options& o) {
     const std::vector<int> greedy_chunks = chunks;
     chunks.clear();
     received = 0;
-    const pla::GenerationResult lookahead = session.generate(o.prompt, o.gen, o.lookahead, on_tokens);
+    const pla::GenerationResult lookahead =
+        session.generate(o.prompt, o.gen, o.lookahead, on_tokens);
     const bool identical = greedy.token_ids == lookahead.token_ids;
 
     std::printf("model: %s\n", model->info().architecture.c_str());
@@ -255,7 +262,8 @@ int run(const Options& o) {
     }
     std::printf("linear_kernel_skipped: %s\n", skipped.c_str());
     std::string notes;
-    for (const std::string& s : model->info().weight_notes) notes += (notes.empty() ? "" : " | ") + s;
+    for (const std::string& s : model->info().weight_notes)
+        notes += (notes.empty() ? "" : " | ") + s;
     std::printf("quantize: %s\n", model->info().quantize.c_str());
     std::printf("weight_notes: %s\n", notes.c_str());
     std::printf("prompt_ids: %s\n", join(o.prompt).c_str());

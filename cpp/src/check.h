@@ -7,12 +7,12 @@
 
 #include "pylookahead/errors.h"
 
-#define PYLA_CHECK(cond, msg)                                                        \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            std::ostringstream pyla_check_os_;                                       \
-            pyla_check_os_ << __FILE__ << ":" << __LINE__ << ": check failed: " #cond \
-                           << ": " << msg;                                           \
-            throw ::pylookahead::InternalError(pyla_check_os_.str());                \
-        }                                                                            \
+#define PYLA_CHECK(cond, msg)                                                                 \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            std::ostringstream pyla_check_os_;                                                \
+            pyla_check_os_ << __FILE__ << ":" << __LINE__ << ": check failed: " #cond << ": " \
+                           << msg;                                                            \
+            throw ::pylookahead::InternalError(pyla_check_os_.str());                         \
+        }                                                                                     \
     } while (0)

@@ -40,7 +40,8 @@ std::shared_ptr<const Model> Model::load(const std::string& model_dir, const Eng
     const auto start = std::chrono::steady_clock::now();
     auto impl = std::make_unique<Impl>();
     impl->transformer = load_transformer(model_dir, engine, &impl->info);
-    impl->info.load_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    impl->info.load_seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return std::shared_ptr<const Model>(new Model(std::move(impl)));
 }
 
@@ -60,7 +61,8 @@ struct Session::Impl {
     // True while a call runs on this Session (BusyGuard).
     std::atomic<bool> busy{false};
 
-    GenerationResult run(DecodeRequest& req, const GenerationConfig& gen, const OnTokens& on_tokens);
+    GenerationResult run(DecodeRequest& req, const GenerationConfig& gen,
+                         const OnTokens& on_tokens);
     std::vector<StepCost> calibrate();  // Session::calibrate() without the busy check
 
     Impl(std::shared_ptr<const Model> m, const Transformer& transformer, int capacity)
@@ -77,9 +79,10 @@ class BusyGuard {
   public:
     BusyGuard(std::atomic<bool>& busy, const char* call) : busy_(busy) {
         if (busy_.exchange(true)) {
-            throw SessionBusyError(std::string("Session.") + call +
-                                   ": this Session is busy (called from its own on_tokens callback, "
-                                   "or from two threads at once); use one Session per thread");
+            throw SessionBusyError(
+                std::string("Session.") + call +
+                ": this Session is busy (called from its own on_tokens callback, "
+                "or from two threads at once); use one Session per thread");
         }
     }
     ~BusyGuard() { busy_.store(false); }
@@ -138,15 +141,17 @@ static void check_prompt(const std::vector<TokenId>& prompt, int vocab_size) {
 
 // The request of one generate() call, validated: gen's fields, the prompt and stop ids against the
 // vocabulary, and the KV room for prompt + max_new_tokens + the widest step (`tokens_per_step`).
-static DecodeRequest make_request(const ModelInfo& info, int kv_capacity, const std::vector<TokenId>& prompt,
-                                  const GenerationConfig& gen, int tokens_per_step) {
+static DecodeRequest make_request(const ModelInfo& info, int kv_capacity,
+                                  const std::vector<TokenId>& prompt, const GenerationConfig& gen,
+                                  int tokens_per_step) {
     gen.validate();
     check_prompt(prompt, info.vocab_size);
     for (size_t i = 0; i < gen.stop_token_ids.size(); ++i) {
         const TokenId id = gen.stop_token_ids[i];
         if (id >= info.vocab_size) {  // >= 0 checked by gen.validate()
-            throw ConfigError("stop_token_ids[" + std::to_string(i) + "] must be a token id in [0, " +
-                              std::to_string(info.vocab_size) + ") (got " + std::to_string(id) + ")");
+            throw ConfigError("stop_token_ids[" + std::to_string(i) +
+                              "] must be a token id in [0, " + std::to_string(info.vocab_size) +
+                              ") (got " + std::to_string(id) + ")");
         }
     }
     const int64_t prompt_len = static_cast<int64_t>(prompt.size());
@@ -184,7 +189,8 @@ GenerationResult Session::Impl::run(DecodeRequest& req, const GenerationConfig& 
     at::InferenceMode guard;
     GenerationResult result = run_decode(s.step_model, req, on_tokens);
     s.context = req.prompt;
-    if (!result.token_ids.empty()) s.context.insert(s.context.end(), result.token_ids.begin(), result.token_ids.end() - 1);
+    if (!result.token_ids.empty())
+        s.context.insert(s.context.end(), result.token_ids.begin(), result.token_ids.end() - 1);
     PYLA_CHECK(static_cast<int>(s.context.size()) == s.step_model.kv_len(),
                "cache holds " << s.step_model.kv_len() << " rows, context " << s.context.size());
     return result;
@@ -216,7 +222,8 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     // Tokens per step: within the calibrated range, the option's cap and the KV room left
     // after prompt + max_new_tokens (at least 1: a greedy step, checked above).
     int max_tokens = impl_->planner.costs().max_tokens();
-    if (lookahead.max_tokens_per_step > 0) max_tokens = std::min(max_tokens, lookahead.max_tokens_per_step);
+    if (lookahead.max_tokens_per_step > 0)
+        max_tokens = std::min(max_tokens, lookahead.max_tokens_per_step);
     const int64_t room = static_cast<int64_t>(kv_capacity()) - static_cast<int64_t>(prompt.size()) -
                          gen.max_new_tokens;
     max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
@@ -305,10 +312,11 @@ void Session::share_pool(Session& other) {
     const ModelInfo& mine = impl_->model->info();
     const ModelInfo& theirs = other.impl_->model->info();
     if (mine.vocab_size != theirs.vocab_size || mine.architecture != theirs.architecture) {
-        throw ConfigError("share_pool: the other Session's model must have the same architecture "
-                          "and vocab_size (" + mine.architecture + ", " +
-                          std::to_string(mine.vocab_size) + "; got " + theirs.architecture +
-                          ", " + std::to_string(theirs.vocab_size) + ")");
+        throw ConfigError(
+            "share_pool: the other Session's model must have the same architecture "
+            "and vocab_size (" +
+            mine.architecture + ", " + std::to_string(mine.vocab_size) + "; got " +
+            theirs.architecture + ", " + std::to_string(theirs.vocab_size) + ")");
     }
     impl_->pool = other.impl_->pool;
     impl_->shadow.seed_pools(*impl_->pool);  // what the shared pool's texts hold now

@@ -107,8 +107,9 @@ def _parse_methods(text: str) -> list[str]:
     if unknown or not methods:
         raise ValueError(f"--methods must be a comma-separated subset of {', '.join(ALL_METHODS)} (got {text!r})")
     if "greedy" not in methods:
-        _log("note: adding 'greedy' to --methods: the engine's greedy output is the reference for equality "
-             "and speedups")
+        _log(
+            "note: adding 'greedy' to --methods: the engine's greedy output is the reference for equality and speedups"
+        )
         methods.insert(0, "greedy")
     return list(dict.fromkeys(methods))
 
@@ -118,8 +119,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="smollm2-135m-instruct", help="catalogue name or checkpoint directory")
     p.add_argument("--dtype", default="bfloat16", choices=_DTYPES)
     p.add_argument("--device", default="cpu")
-    p.add_argument("--quantize", default="auto", choices=["auto", "none", "int8", "int4"],
-                   help="the engine's linear-layer formats (EngineConfig.quantize; transformers keeps --dtype)")
+    p.add_argument(
+        "--quantize",
+        default="auto",
+        choices=["auto", "none", "int8", "int4"],
+        help="the engine's linear-layer formats (EngineConfig.quantize; transformers keeps --dtype)",
+    )
     p.add_argument("--threads", type=int, default=0, help="CPU threads for every method (0: torch's default)")
     p.add_argument(
         "--dataset", default="mtbench",
@@ -357,9 +362,7 @@ def build_prompts(
             return prompts, info
         if first_answer is None:
             raise ValueError("mtbench-turn2 needs a first_answer function")
-        info["prompt_style"] = (
-            "chat template: user turn 1, the engine's greedy answer to it (untimed), user turn 2"
-        )
+        info["prompt_style"] = "chat template: user turn 1, the engine's greedy answer to it (untimed), user turn 2"
         from tqdm.auto import tqdm
 
         for q in tqdm(questions, desc="turn-1 answers (greedy)", disable=not progress, leave=False):
@@ -461,9 +464,7 @@ def _decision_json(d: Any) -> dict[str, Any]:
 class EngineMethod(Method):
     kind = "engine"
 
-    def __init__(
-        self, name: str, session: Any, lookahead: Any, info: dict[str, Any], keep_pool: bool = False
-    ) -> None:
+    def __init__(self, name: str, session: Any, lookahead: Any, info: dict[str, Any], keep_pool: bool = False) -> None:
         self.name = name
         self.session = session
         self.lookahead = lookahead
@@ -639,9 +640,7 @@ def _record_json(rec: RunRecord, equal: bool, first_mismatch: int | None, keep_i
     return out
 
 
-def paired_speedups(
-    records: Sequence[tuple[RunRecord, bool]], greedy: Sequence[tuple[RunRecord, bool]]
-) -> list[float]:
+def paired_speedups(records: Sequence[tuple[RunRecord, bool]], greedy: Sequence[tuple[RunRecord, bool]]) -> list[float]:
     """Per prompt, a method's tok/s over greedy's on the same prompt (the two ran next to each other, so a
     machine that speeds up or slows down over the run moves both). Their median compares each prompt with
     itself, where the ratio of the two medians compares the median prompt of one method with that of the other."""

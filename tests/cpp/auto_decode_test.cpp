@@ -59,12 +59,14 @@ class ScriptedPolicy : public StepPolicy {
         : script_(std::move(script)), every_(every) {}
     int max_tokens_per_step() const override {
         int t = 1;
-        for (const auto& c : script_) if (c) t = std::max(t, c->tokens_per_step());
+        for (const auto& c : script_)
+            if (c) t = std::max(t, c->tokens_per_step());
         return t;
     }
     int max_step_tokens() const override {
         int n = 1;
-        for (const auto& c : script_) if (c) n = std::max(n, c->ngram_size);
+        for (const auto& c : script_)
+            if (c) n = std::max(n, c->ngram_size);
         return n;
     }
     void start(const std::vector<TokenId>& prompt) override { emitted_ = prompt; }
@@ -83,9 +85,7 @@ class ScriptedPolicy : public StepPolicy {
         }
         return c;
     }
-    void after_step(const StepReport& r) override {
-        reports_.push_back(r);
-    }
+    void after_step(const StepReport& r) override { reports_.push_back(r); }
     std::vector<AutoDecision> decisions() const override { return decisions_; }
 
     Tokens emitted_;
@@ -117,8 +117,8 @@ void check_counts(const GenerationResult& r) {
 
 TEST(AutoDecode, ScriptedSwitchesKeepGreedyOutput) {
     const std::vector<std::optional<LookaheadConfig>> script = {
-        std::nullopt, config_of(2, 3, 2), config_of(4, 5, 4), config_of(1, 6, 16), std::nullopt,
-        config_of(8, 4, 1), config_of(3, 2, 2), config_of(16, 6, 8)};
+        std::nullopt, config_of(2, 3, 2), config_of(4, 5, 4), config_of(1, 6, 16),
+        std::nullopt, config_of(8, 4, 1), config_of(3, 2, 2), config_of(16, 6, 8)};
     for (const Tokens& text : {mixed_text(260, 1), periodic_text(260), mixed_text(260, 9)}) {
         for (int every : {1, 2, 3, 5, 16}) {
             for (int prompt_len : {1, 17, 60}) {
@@ -129,7 +129,8 @@ TEST(AutoDecode, ScriptedSwitchesKeepGreedyOutput) {
                 ASSERT_EQ(r.token_ids, expected(text, prompt_len, max_new, {}))
                     << "every " << every << " prompt " << prompt_len;
                 check_counts(r);
-                EXPECT_EQ(policy.emitted_, Tokens(text.begin(), text.begin() + prompt_len + max_new));
+                EXPECT_EQ(policy.emitted_,
+                          Tokens(text.begin(), text.begin() + prompt_len + max_new));
                 EXPECT_EQ(policy.reports_.size(), static_cast<size_t>(r.stats.steps));
                 int64_t la = 0;
                 for (const StepReport& rep : policy.reports_) la += rep.tokens_per_step > 1;
@@ -238,11 +239,11 @@ TEST(AutoDecode, FallsBackMidGenerationAndProbesAgainExactly) {
         AutoLookahead options;
         options.probe_after = 32;
         options.tree_rows = 0;  // classic slots: a tree on this text would finish before the change
-        const AutoRun r = run_auto(&planner, text, 40, 1000, cheap, options,
-                                   [&](TimedOracle& lm, int64_t call) {
-                                       if (call == 30) lm.set_cost(dear);
-                                       if (call == 400) lm.set_cost(cheap);
-                                   });
+        const AutoRun r =
+            run_auto(&planner, text, 40, 1000, cheap, options, [&](TimedOracle& lm, int64_t call) {
+                if (call == 30) lm.set_cost(dear);
+                if (call == 400) lm.set_cost(cheap);
+            });
         ASSERT_EQ(r.result.token_ids, expected(text, 40, 1000, {}));
         check_counts(r.result);
         const auto& d = r.result.stats.auto_decisions;
@@ -276,7 +277,8 @@ TEST(AutoDecode, VerificationOnlyChoicesRunAsDraftTrees) {
             check_counts(r.result);
             const GenerationStats& s = r.result.stats;
             EXPECT_EQ(s.accept_histogram.size(), static_cast<size_t>(std::max(7, rows + 2)));
-            const int64_t tree_drafts = s.accepted_tokens_by_source[2] + s.accepted_tokens_by_source[3];
+            const int64_t tree_drafts =
+                s.accepted_tokens_by_source[2] + s.accepted_tokens_by_source[3];
             if (rows == 0) EXPECT_EQ(tree_drafts, 0);
             if (rows > 0 && text[41] == text[48]) EXPECT_GT(tree_drafts, 0);  // the periodic text
         }
@@ -301,7 +303,8 @@ TEST(AutoDecode, KvRoomCapsTheTokensPerStep) {
         EXPECT_LE((d.window_size + d.verification_set_size) * (d.ngram_size - 1), 12);
     }
     AutoController too_wide(planner, {}, 13);
-    request.policy = &too_wide;  // Session::generate caps the policy to the room; the loop checks it
+    request.policy =
+        &too_wide;  // Session::generate caps the policy to the room; the loop checks it
     EXPECT_THROW(run_decode(lm, request, nullptr), InternalError);
 }
 
@@ -320,7 +323,9 @@ class CostOnlyModel : public StepModel {
         now_ += cost_(static_cast<int>(tokens.size()));
         argmax->assign(out_rows.size(), 0);
     }
-    void commit(const std::vector<int32_t>& rows) override { kv_len_ += static_cast<int>(rows.size()); }
+    void commit(const std::vector<int32_t>& rows) override {
+        kv_len_ += static_cast<int>(rows.size());
+    }
     int kv_len() const override { return kv_len_; }
     int kv_capacity() const override { return capacity_; }
     void truncate(int rows) override { kv_len_ = rows; }

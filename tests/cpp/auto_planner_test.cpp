@@ -21,9 +21,9 @@ std::vector<StepCost> table_of(double greedy, double (*per_token)(int)) {
     for (int T : {1, 4, 8, 16, 32, 64}) t.push_back({T, greedy * per_token(T)});
     return t;
 }
-double flat(int) { return 1.0; }                                        // wide steps are free
-double linear(int T) { return static_cast<double>(T); }                 // cost(T) = T * cost(1)
-double mild(int T) { return 1.0 + 0.02 * T; }                           // a memory-bound device
+double flat(int) { return 1.0; }                         // wide steps are free
+double linear(int T) { return static_cast<double>(T); }  // cost(T) = T * cost(1)
+double mild(int T) { return 1.0 + 0.02 * T; }            // a memory-bound device
 
 // History observations of text whose n-grams always recur: `count` candidates, best matches all.
 void feed_history(AcceptanceModel* m, int n, int count, int gamma, int matched) {
@@ -98,9 +98,9 @@ TEST(StepCostModel, InterpolatesExtrapolatesAndValidates) {
     EXPECT_DOUBLE_EQ(m.table_seconds(12), 4.0);  // slope of the last segment
     EXPECT_DOUBLE_EQ(m.seconds(4), 2.0);
     EXPECT_THROW(m.set_table({}), ConfigError);
-    EXPECT_THROW(m.set_table({{2, 1.0}}), ConfigError);               // no greedy point
-    EXPECT_THROW(m.set_table({{1, 1.0}, {1, 2.0}}), ConfigError);     // duplicate
-    EXPECT_THROW(m.set_table({{1, 0.0}}), ConfigError);               // not > 0
+    EXPECT_THROW(m.set_table({{2, 1.0}}), ConfigError);            // no greedy point
+    EXPECT_THROW(m.set_table({{1, 1.0}, {1, 2.0}}), ConfigError);  // duplicate
+    EXPECT_THROW(m.set_table({{1, 0.0}}), ConfigError);            // not > 0
     EXPECT_THROW(m.set_table({{1, NAN}}), ConfigError);
 }
 
@@ -336,7 +336,7 @@ TEST(HistoryShadow, ReplayStepsLikeARealVerificationOnlyRun) {
         request.lookahead = config;
         const GenerationResult real = run_decode(lm, request, nullptr);
         ASSERT_EQ(real.token_ids, std::vector<TokenId>(text.begin() + prompt_len,
-                                                    text.begin() + prompt_len + max_new));
+                                                       text.begin() + prompt_len + max_new));
 
         // The real steps take keys in [prompt_len, prompt_len + max_new - 2]; the replay records
         // a step once its N - 1 candidate positions are known.
@@ -378,10 +378,11 @@ TEST(HistoryShadow, KeptPoolsReplayLikeARealRunThatKeepsItsPool) {
             request.keep_pool = true;
             const GenerationResult real = run_decode(lm, request, nullptr);
             ASSERT_EQ(real.token_ids, std::vector<TokenId>(text->begin() + prompt_len,
-                                                        text->begin() + prompt_len + max_new));
+                                                           text->begin() + prompt_len + max_new));
             real_steps.push_back(real.stats.steps);
             ReplayStats replay;
-            shadow.start(request.prompt, &model, &replay, /*prompt_weight=*/0.0, /*keep_pools=*/true);
+            shadow.start(request.prompt, &model, &replay, /*prompt_weight=*/0.0,
+                         /*keep_pools=*/true);
             // The first call's shadow sees only what was emitted (its pools carry over); the
             // second one's runs N - 1 tokens on so that its last step is recorded.
             const int end = prompt_len + max_new - (text == &first_text ? 0 : 2 - n);
@@ -425,7 +426,7 @@ TEST(HistoryShadow, SeededPoolsReplayLikeARealRunOnALoadedPool) {
         seeded.seed_pools(*pool);  // before the run adds its own text to the pool
         const GenerationResult real = run_decode(lm, request, nullptr);
         ASSERT_EQ(real.token_ids, std::vector<TokenId>(second_text.begin() + prompt_len,
-                                                    second_text.begin() + prompt_len + max_new));
+                                                       second_text.begin() + prompt_len + max_new));
         ReplayStats replay, cold_replay;
         HistoryShadow cold;
         seeded.start(request.prompt, &model, &replay, 0.0, /*keep_pools=*/true);
@@ -447,7 +448,8 @@ TEST(AutoPlanner, ReplayedVerificationOnlyConfigsUseTheirReplay) {
         if (c.window_size != 0) continue;
         const bool good = c.ngram_size == 4 && c.verification_set_size == 2;
         for (int i = 0; i < 20; ++i) {
-            p.replay().record(c.ngram_size, c.verification_set_size, good ? 2 : 1, good ? 2 : 0, 1.0);
+            p.replay().record(c.ngram_size, c.verification_set_size, good ? 2 : 1, good ? 2 : 0,
+                              1.0);
         }
     }
     LookaheadConfig v;
@@ -587,7 +589,8 @@ TEST(AutoPlanner, WindowsAreAnchoredOnTheReplayOfTheirVerificationOnlyConfig) {
     const double rows_lo = 3 + std::floor(b) * 3, rows_hi = rows_lo + 3;
     const double lo = p.costs().seconds(static_cast<int>(rows_lo));
     EXPECT_NEAR(p.step_seconds(w),
-                lo + (b - std::floor(b)) * (p.costs().seconds(static_cast<int>(rows_hi)) - lo), 1e-12);
+                lo + (b - std::floor(b)) * (p.costs().seconds(static_cast<int>(rows_hi)) - lo),
+                1e-12);
     // So the plan keeps to a counted config.
     const PlanChoice best = p.plan(64, /*min_gain=*/0.05);
     ASSERT_TRUE(best.config.has_value());

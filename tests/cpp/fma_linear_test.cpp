@@ -17,9 +17,9 @@ namespace {
 
 struct Problem {
     int64_t n, k;
-    std::vector<float> w;      // [n, k] as fp32 (the values the packed format holds exactly)
+    std::vector<float> w;       // [n, k] as fp32 (the values the packed format holds exactly)
     std::vector<uint16_t> w16;  // [n, k] bf16 or fp16 bits (unused for fp32)
-    std::vector<float> bias;   // [n]
+    std::vector<float> bias;    // [n]
 };
 
 uint16_t bf16_bits(float f) {
@@ -72,7 +72,8 @@ std::vector<unsigned char> pack(const Problem& p, WeightFormat format, CpuIsa pa
     std::vector<unsigned char> out(blocks * p.k * kFmaLinearBlock * bytes, 0);
     for (int64_t r = 0; r < p.n; ++r) {
         for (int64_t i = 0; i < p.k; ++i) {
-            const int64_t at = ((r / kFmaLinearBlock) * p.k + i) * kFmaLinearBlock + r % kFmaLinearBlock;
+            const int64_t at =
+                ((r / kFmaLinearBlock) * p.k + i) * kFmaLinearBlock + r % kFmaLinearBlock;
             if (as_f32) {
                 std::memcpy(out.data() + at * 4, &p.w[r * p.k + i], 4);
             } else {
@@ -127,17 +128,18 @@ TEST_P(FmaLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
                 // The whole range at once, and split at every block boundary into two calls.
                 for (int64_t split = 0; split < blocks; ++split) {
                     std::vector<float> y(rows * n, NAN);
-                    fma_linear_blocks(path, stored(format, path), x.data(), rows, k, k, packed.data(), 0,
-                                      split, bias, y.data(), n, n);
-                    fma_linear_blocks(path, stored(format, path), x.data(), rows, k, k, packed.data(),
-                                      split, blocks, bias, y.data(), n, n);
+                    fma_linear_blocks(path, stored(format, path), x.data(), rows, k, k,
+                                      packed.data(), 0, split, bias, y.data(), n, n);
+                    fma_linear_blocks(path, stored(format, path), x.data(), rows, k, k,
+                                      packed.data(), split, blocks, bias, y.data(), n, n);
                     for (int64_t r = 0; r < rows; ++r) {
                         for (int64_t c = 0; c < n; ++c) {
                             const float want = model_element(path, &x[r * k], &p.w[c * k], k,
                                                              with_bias ? &p.bias[c] : nullptr);
                             ASSERT_EQ(std::memcmp(&y[r * n + c], &want, sizeof want), 0)
                                 << cpu_isa_name(path) << " rows " << rows << " split " << split
-                                << " r " << r << " c " << c << ": " << y[r * n + c] << " vs " << want;
+                                << " r " << r << " c " << c << ": " << y[r * n + c] << " vs "
+                                << want;
                         }
                     }
                 }
@@ -156,7 +158,8 @@ TEST_P(FmaLinear, CloseToFloat64) {
         const std::vector<unsigned char> packed = pack(p, format, path);
         std::vector<float> y(rows * n);
         fma_linear_blocks(path, stored(format, path), x.data(), rows, k, k, packed.data(), 0,
-                          (n + kFmaLinearBlock - 1) / kFmaLinearBlock, p.bias.data(), y.data(), n, n);
+                          (n + kFmaLinearBlock - 1) / kFmaLinearBlock, p.bias.data(), y.data(), n,
+                          n);
         for (int64_t r = 0; r < rows; ++r) {
             for (int64_t c = 0; c < n; ++c) {
                 double ref = p.bias[c], mag = std::fabs(p.bias[c]);
@@ -172,7 +175,8 @@ TEST_P(FmaLinear, CloseToFloat64) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, FmaLinear,
-                         ::testing::Values(WeightFormat::kF32, WeightFormat::kBF16, WeightFormat::kF16),
+                         ::testing::Values(WeightFormat::kF32, WeightFormat::kBF16,
+                                           WeightFormat::kF16),
                          [](const auto& info) {
                              switch (info.param) {
                                  case WeightFormat::kF32: return "F32";
@@ -198,8 +202,8 @@ namespace pylookahead {
 namespace {
 
 // W [n, k] with a spread of magnitudes per group (some groups all zero, one constant), quantized.
-std::vector<unsigned char> quantized_problem(WeightFormat format, int64_t n, int64_t k, unsigned seed,
-                                             std::vector<float>* w_out) {
+std::vector<unsigned char> quantized_problem(WeightFormat format, int64_t n, int64_t k,
+                                             unsigned seed, std::vector<float>* w_out) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     std::vector<float> w(n * k);
@@ -209,8 +213,8 @@ std::vector<unsigned char> quantized_problem(WeightFormat format, int64_t n, int
             const int kind = static_cast<int>(rng() % 16);
             for (int64_t i = 0; i < kQuantGroup; ++i) {
                 float v = u(rng) * scale;
-                if (kind == 0) v = 0.0f;       // an all-zero group: d = 0
-                if (kind == 1) v = scale;      // a constant group: kQ4 d = 0
+                if (kind == 0) v = 0.0f;   // an all-zero group: d = 0
+                if (kind == 1) v = scale;  // a constant group: kQ4 d = 0
                 w[c * k + g * kQuantGroup + i] = v;
             }
         }
@@ -222,8 +226,9 @@ std::vector<unsigned char> quantized_problem(WeightFormat format, int64_t n, int
 }
 
 // The contract's sequence for a quantized format (fma_linear.h), one element at a time.
-float model_quant_element(CpuIsa path, WeightFormat format, const float* x, const unsigned char* packed,
-                          int64_t n, int64_t k, int64_t c, const float* bias) {
+float model_quant_element(CpuIsa path, WeightFormat format, const float* x,
+                          const unsigned char* packed, int64_t n, int64_t k, int64_t c,
+                          const float* bias) {
     auto madd = [&](float acc, float a, float b) {
         if (path == CpuIsa::kAvx2) return std::fma(a, b, acc);
         volatile float prod = a * b;
@@ -272,17 +277,19 @@ TEST_P(QuantLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
                 for (int64_t split = 0; split < blocks; ++split) {
                     std::vector<float> y(rows * n, NAN);
                     const float* bp = with_bias ? bias.data() : nullptr;
-                    fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), 0, split, bp,
-                                      y.data(), n, n);
-                    fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), split, blocks,
+                    fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), 0, split,
                                       bp, y.data(), n, n);
+                    fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), split,
+                                      blocks, bp, y.data(), n, n);
                     for (int64_t r = 0; r < rows; ++r) {
                         for (int64_t c = 0; c < n; ++c) {
-                            const float want = model_quant_element(path, format, &x[r * k], packed.data(),
-                                                                   n, k, c, with_bias ? &bias[c] : nullptr);
+                            const float want =
+                                model_quant_element(path, format, &x[r * k], packed.data(), n, k, c,
+                                                    with_bias ? &bias[c] : nullptr);
                             ASSERT_EQ(std::memcmp(&y[r * n + c], &want, sizeof want), 0)
                                 << cpu_isa_name(path) << " rows " << rows << " split " << split
-                                << " r " << r << " c " << c << ": " << y[r * n + c] << " vs " << want;
+                                << " r " << r << " c " << c << ": " << y[r * n + c] << " vs "
+                                << want;
                         }
                     }
                 }
@@ -336,14 +343,18 @@ TEST_P(QuantLinear, QuantizationErrorIsWithinTheGroupStep) {
             const double bound = 0.5 * step * (1 + 1e-2) + amax * 2e-3 + 1e-30;
             for (int64_t i = 0; i < kQuantGroup; ++i) {
                 ASSERT_LE(std::fabs(static_cast<double>(vq[i]) - v[i]), bound)
-                    << "column " << c << " group " << g << " i " << i << ": " << v[i] << " -> " << vq[i];
+                    << "column " << c << " group " << g << " i " << i << ": " << v[i] << " -> "
+                    << vq[i];
             }
         }
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, QuantLinear, ::testing::Values(WeightFormat::kQ8, WeightFormat::kQ4),
-                         [](const auto& info) { return info.param == WeightFormat::kQ8 ? "Q8" : "Q4"; });
+INSTANTIATE_TEST_SUITE_P(Formats, QuantLinear,
+                         ::testing::Values(WeightFormat::kQ8, WeightFormat::kQ4),
+                         [](const auto& info) {
+                             return info.param == WeightFormat::kQ8 ? "Q8" : "Q4";
+                         });
 
 TEST(QuantFormat, Fp16ConversionRoundsToNearestEven) {
     // Every fp16 value converts back exactly; halfway points between neighbours round to even.

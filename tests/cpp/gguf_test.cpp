@@ -44,11 +44,11 @@ std::vector<unsigned char> tiny_image() {
         uint32_t type;
     };
     const std::vector<T> tensors = {
-        {"token_embd.weight", {32, 8}, 0},       {"output_norm.weight", {32}, 0},
-        {"blk.0.attn_norm.weight", {32}, 0},     {"blk.0.ffn_norm.weight", {32}, 0},
-        {"blk.0.attn_q.weight", {32, 32}, 8},    {"blk.0.attn_k.weight", {32, 32}, 0},
-        {"blk.0.attn_v.weight", {32, 32}, 0},    {"blk.0.attn_output.weight", {32, 32}, 0},
-        {"blk.0.ffn_gate.weight", {32, 64}, 0},  {"blk.0.ffn_up.weight", {32, 64}, 0},
+        {"token_embd.weight", {32, 8}, 0},      {"output_norm.weight", {32}, 0},
+        {"blk.0.attn_norm.weight", {32}, 0},    {"blk.0.ffn_norm.weight", {32}, 0},
+        {"blk.0.attn_q.weight", {32, 32}, 8},   {"blk.0.attn_k.weight", {32, 32}, 0},
+        {"blk.0.attn_v.weight", {32, 32}, 0},   {"blk.0.attn_output.weight", {32, 32}, 0},
+        {"blk.0.ffn_gate.weight", {32, 64}, 0}, {"blk.0.ffn_up.weight", {32, 64}, 0},
         {"blk.0.ffn_down.weight", {64, 32}, 0},
     };
     Image im;
@@ -56,8 +56,12 @@ std::vector<unsigned char> tiny_image() {
     im.put<uint32_t>(3);
     im.put<uint64_t>(tensors.size());
     const std::vector<std::pair<std::string, uint32_t>> ints = {
-        {"llama.block_count", 1}, {"llama.embedding_length", 32}, {"llama.feed_forward_length", 64},
-        {"llama.attention.head_count", 2}, {"llama.attention.head_count_kv", 2}, {"llama.context_length", 128},
+        {"llama.block_count", 1},
+        {"llama.embedding_length", 32},
+        {"llama.feed_forward_length", 64},
+        {"llama.attention.head_count", 2},
+        {"llama.attention.head_count_kv", 2},
+        {"llama.context_length", 128},
         {"tokenizer.ggml.eos_token_id", 2}};
     im.put<uint64_t>(ints.size() + 4);
     im.str("general.architecture");
@@ -101,7 +105,8 @@ std::vector<unsigned char> tiny_image() {
     }
     im.pad(32);
     for (uint64_t size : sizes) {
-        for (uint64_t i = 0; i < size; ++i) im.bytes.push_back(static_cast<unsigned char>(i % 7 == 0 ? 0x3c : 0));
+        for (uint64_t i = 0; i < size; ++i)
+            im.bytes.push_back(static_cast<unsigned char>(i % 7 == 0 ? 0x3c : 0));
         im.pad(32);
     }
     return im.bytes;
@@ -134,7 +139,8 @@ TEST(Gguf, EveryTruncationAndByteChangeIsParsedOrRefused) {
     size_t tables_end = 0;
     parse_gguf(image.data(), image.size(), "t", &meta, &tensors);
     for (const auto& [name, t] : tensors) {
-        if (tables_end == 0 || static_cast<size_t>(t.data - image.data()) < tables_end) tables_end = t.data - image.data();
+        if (tables_end == 0 || static_cast<size_t>(t.data - image.data()) < tables_end)
+            tables_end = t.data - image.data();
     }
     int refused = 0;
     for (size_t len = 0; len < image.size(); len += (len < tables_end ? 1 : 97)) {
@@ -169,7 +175,8 @@ TEST(Gguf, EveryTruncationAndByteChangeIsParsedOrRefused) {
 TEST(Gguf, MetadataBecomesTheConfig) {
     const std::vector<unsigned char> image = tiny_image();
     const std::string path = ::testing::TempDir() + "gguf_test_tiny.gguf";
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(image.data()), image.size());
+    std::ofstream(path, std::ios::binary)
+        .write(reinterpret_cast<const char*>(image.data()), image.size());
     const ModelConfig c = gguf_model_config(GgufFile(path));
     EXPECT_EQ(c.architecture, "LlamaForCausalLM");
     EXPECT_EQ(c.num_hidden_layers, 1);
@@ -200,7 +207,8 @@ TEST(Gguf, TensorNamesAndRowOrder) {
 
 TEST(Gguf, DequantizesQ8_0AndQ4_1Blocks) {
     unsigned char q8[34] = {0x00, 0x3c};  // d = 1.0
-    for (int i = 0; i < 32; ++i) q8[2 + i] = static_cast<unsigned char>(static_cast<int8_t>(i - 16));
+    for (int i = 0; i < 32; ++i)
+        q8[2 + i] = static_cast<unsigned char>(static_cast<int8_t>(i - 16));
     float y[32];
     ggml_dequantize(GgmlType::kQ8_0, q8, 32, y);
     for (int i = 0; i < 32; ++i) EXPECT_EQ(y[i], static_cast<float>(i - 16));

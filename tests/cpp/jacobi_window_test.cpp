@@ -32,7 +32,7 @@ TEST(JacobiWindow, InitIsDeterministicAndDrawsFromThePrompt) {
     std::set<TokenId> seen(a.cells().begin() + 1, a.cells().end());
     for (TokenId t : seen) EXPECT_TRUE(std::count(prompt.begin(), prompt.end(), t)) << t;
     EXPECT_EQ(seen.size(), prompt.size());  // 31 draws over 7 tokens hit all of them
-    a.init(prompt, 42);  // re-init restarts the generator
+    a.init(prompt, 42);                     // re-init restarts the generator
     EXPECT_EQ(a.cells(), b.cells());
 }
 

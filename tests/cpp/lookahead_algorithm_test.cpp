@@ -30,7 +30,8 @@ TEST(LookaheadAlgorithm, PrepareLaysOutWindowAndCandidatesBestFirst) {
     ASSERT_EQ(tokens.size(), 8u);
     // Neither entry's context (none; 1 2 3) ends like the text before now (2 4 9): newest first.
     EXPECT_EQ(tokens, (Tokens{1, cells[1], cells[2], cells[3], 2, 4, 2, 3}));
-    EXPECT_EQ(algo.prepare(9).tokens, (Tokens{9, cells[1], cells[2], cells[3], 9, 9, 9, 9}));  // padded
+    EXPECT_EQ(algo.prepare(9).tokens,
+              (Tokens{9, cells[1], cells[2], cells[3], 9, 9, 9, 9}));  // padded
 }
 
 TEST(LookaheadAlgorithm, WithoutFixedShapesAPlanHasOnlyItsRealRows) {

@@ -35,8 +35,8 @@ struct Decoded {
 };
 
 Decoded decode(const Tokens& text, int prompt_len, int max_new_tokens,
-           const std::optional<LookaheadConfig>& lookahead, const Tokens& end_ids = {},
-           int capacity = 4096) {
+               const std::optional<LookaheadConfig>& lookahead, const Tokens& end_ids = {},
+               int capacity = 4096) {
     OracleLm lm(text, kVocab, capacity);
     DecodeRequest request;
     request.prompt.assign(text.begin(), text.begin() + prompt_len);
@@ -88,7 +88,8 @@ class LookaheadOracle : public ::testing::TestWithParam<std::tuple<int, int, int
         // Every cut by max_new_tokens and by an end id: exact, never longer, end id included.
         for (int m = 1; m <= 30; ++m) {
             const Decoded r = decode(text, prompt_len, m, config);
-            EXPECT_EQ(r.result.token_ids, expected(text, prompt_len, m, {})) << "max_new_tokens " << m;
+            EXPECT_EQ(r.result.token_ids, expected(text, prompt_len, m, {}))
+                << "max_new_tokens " << m;
             check_stats(r, N);
         }
         for (int i = 0; i < 30; ++i) {

@@ -120,7 +120,7 @@ TEST(SharedPool, TextsAreCappedAndRebuildAPoolOfAnyLength) {
     const NgramPool pool = shared.pool_from_texts(2, 16);
     EXPECT_EQ(entries(pool, 1), (Rows{{2, 3}, {2, 9}}));  // oldest text first
     EXPECT_EQ(entries(pool, 3), (Rows{{4, 5}}));
-    EXPECT_TRUE(entries(pool, 4).empty());                 // no 2 tokens after it
+    EXPECT_TRUE(entries(pool, 4).empty());  // no 2 tokens after it
     EXPECT_EQ(pool.size(), 3 + 2);
     std::vector<int> order;
     const TokenId recent[NgramPool::kContextLen] = {NgramPool::kUnknown, NgramPool::kUnknown, 7};
@@ -198,7 +198,8 @@ TEST(SharedPool, ParallelWritersLoseNothing) {
 TEST(NgramPool, SelectRanksByMatchedContextThenRecency) {
     NgramPool pool(1, 8);
     const TokenId a[] = {10}, b[] = {11}, c[] = {12}, d[] = {13}, e[] = {14};
-    const TokenId ctx_a[] = {1, 2, 3}, ctx_b[] = {9, 9, 3}, ctx_d[] = {5, 2, 3}, ctx_e[] = {7, 7, 3};
+    const TokenId ctx_a[] = {1, 2, 3}, ctx_b[] = {9, 9, 3}, ctx_d[] = {5, 2, 3},
+                  ctx_e[] = {7, 7, 3};
     pool.insert(4, a, NgramSource::kSeed, ctx_a);
     pool.insert(4, b, NgramSource::kSeed, ctx_b);
     pool.insert(4, c, NgramSource::kWindow);  // no context
@@ -235,10 +236,12 @@ TEST(NgramPool, RefreshKeepsTheContextUnlessGivenANewOne) {
     pool.insert(4, a, NgramSource::kWindow);  // the window refreshes a: context stays 1 2 3
     NgramPool::Candidates c = pool.find(4);
     ASSERT_EQ(c.count, 2);
-    EXPECT_EQ(std::vector<TokenId>(c.contexts + 3, c.contexts + 6), (std::vector<TokenId>{1, 2, 3}));
+    EXPECT_EQ(std::vector<TokenId>(c.contexts + 3, c.contexts + 6),
+              (std::vector<TokenId>{1, 2, 3}));
     pool.insert(4, a, NgramSource::kSeed, ctx2);
     c = pool.find(4);
-    EXPECT_EQ(std::vector<TokenId>(c.contexts + 3, c.contexts + 6), (std::vector<TokenId>{4, 5, 6}));
+    EXPECT_EQ(std::vector<TokenId>(c.contexts + 3, c.contexts + 6),
+              (std::vector<TokenId>{4, 5, 6}));
     EXPECT_EQ(std::vector<TokenId>(c.contexts, c.contexts + 3),
               (std::vector<TokenId>(3, NgramPool::kUnknown)));
 }
@@ -303,9 +306,10 @@ TEST(NgramPool, ReadRejectsTruncatedOrOutOfRangeData) {
     with_context.insert(3, one, NgramSource::kSeed, ctx);
     std::stringstream ctx_data;
     with_context.write(ctx_data);
-    EXPECT_NE(error_of(ctx_data.str(), 9).find(
-                  "pool.bin: pool context token must be in [0, 8] or 4294967295 (unknown) (got 9)"),
-              std::string::npos)
+    EXPECT_NE(
+        error_of(ctx_data.str(), 9)
+            .find("pool.bin: pool context token must be in [0, 8] or 4294967295 (unknown) (got 9)"),
+        std::string::npos)
         << error_of(ctx_data.str(), 9);
     EXPECT_EQ(error_of(ctx_data.str(), 10), "");
 }

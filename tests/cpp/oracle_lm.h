@@ -73,7 +73,8 @@ class OracleLm : public StepModel {
                 successors_.push_back((*argmax)[r]);
                 for (int j = 1; j < successors_k_; ++j) {
                     successors_.push_back(static_cast<TokenId>(
-                        (static_cast<uint64_t>(positions[out_rows[r]]) * 31 + j * 7) % vocab_size_));
+                        (static_cast<uint64_t>(positions[out_rows[r]]) * 31 + j * 7) %
+                        vocab_size_));
                 }
             }
         }

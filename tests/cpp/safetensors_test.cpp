@@ -29,13 +29,12 @@ std::string parse_error(const std::vector<unsigned char>& bytes) {
 }
 
 TEST(Safetensors, ParsesTensorsOfEachDtype) {
-    auto f = make_file(
-        R"({"__metadata__":{"format":"pt"},)"
-        R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
-        R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},)"
-        R"("c":{"dtype":"F16","shape":[],"data_offsets":[32,34]},)"
-        R"("d":{"dtype":"F64","shape":[1],"data_offsets":[34,42]}})",
-        42);
+    auto f = make_file(R"({"__metadata__":{"format":"pt"},)"
+                       R"("a":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]},)"
+                       R"("b":{"dtype":"BF16","shape":[4],"data_offsets":[24,32]},)"
+                       R"("c":{"dtype":"F16","shape":[],"data_offsets":[32,34]},)"
+                       R"("d":{"dtype":"F64","shape":[1],"data_offsets":[34,42]}})",
+                       42);
     auto ts = parse_safetensors(f.data(), f.size(), "x.safetensors");
     ASSERT_EQ(ts.size(), 4u);
     EXPECT_EQ(ts[0].name, "a");

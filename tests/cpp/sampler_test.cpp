@@ -11,7 +11,8 @@
 namespace pylookahead {
 namespace {
 
-GenerationConfig sampling(double temperature, int top_k = 0, double top_p = 1.0, uint64_t seed = 1) {
+GenerationConfig sampling(double temperature, int top_k = 0, double top_p = 1.0,
+                          uint64_t seed = 1) {
     return sampling_config(temperature, top_k, top_p, seed);
 }
 
@@ -101,7 +102,8 @@ TEST(TokenSampler, TopPOverALargeVocabularyGrowsItsSortedPrefix) {
     std::vector<float> l(5000, 0.0f);
     TokenSampler s(sampling(1.0, 0, 0.5));
     int max_id = 0;
-    for (int64_t p = 0; p < 4000; ++p) max_id = std::max(max_id, static_cast<int>(s.sample(l.data(), 5000, p)));
+    for (int64_t p = 0; p < 4000; ++p)
+        max_id = std::max(max_id, static_cast<int>(s.sample(l.data(), 5000, p)));
     EXPECT_LE(max_id, 2499);
     EXPECT_GE(max_id, 2400);
 }

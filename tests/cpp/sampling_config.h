@@ -7,7 +7,8 @@
 
 namespace pylookahead {
 
-inline GenerationConfig sampling_config(double temperature, int top_k, double top_p, uint64_t seed) {
+inline GenerationConfig sampling_config(double temperature, int top_k, double top_p,
+                                        uint64_t seed) {
     GenerationConfig g;
     g.temperature = temperature;
     g.top_k = top_k;

@@ -14,8 +14,8 @@
 #include "lookahead/decode_loop.h"
 #include "oracle_lm.h"
 #include "oracle_text.h"
-#include "sampling_config.h"
 #include "pylookahead/errors.h"
+#include "sampling_config.h"
 
 namespace pylookahead {
 namespace {
@@ -43,7 +43,8 @@ class ChainLm : public StepModel {
         for (int32_t q : out_rows) {
             visible.clear();
             for (int k = 0; k < T; ++k) {
-                if (mask != nullptr ? mask[q * T + k] != 0 : k <= q) visible.emplace_back(positions[k], tokens[k]);
+                if (mask != nullptr ? mask[q * T + k] != 0 : k <= q)
+                    visible.emplace_back(positions[k], tokens[k]);
             }
             std::sort(visible.begin(), visible.end());
             uint64_t h = 1469598103934665603ull;
@@ -55,13 +56,15 @@ class ChainLm : public StepModel {
             const TokenId last = visible.back().second;
             const TokenId chain = static_cast<TokenId>((last * 5 + 3) % kVocab);
             for (int v = 0; v < kVocab; ++v) {
-                const uint64_t z = (h ^ static_cast<uint64_t>(v) * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
+                const uint64_t z =
+                    (h ^ static_cast<uint64_t>(v) * 0x9E3779B97F4A7C15ull) * 0xBF58476D1CE4E5B9ull;
                 logits[v] = static_cast<float>((z >> 40) & 0xFFFF) / 65536.0f * 2.0f;
             }
             logits[chain] += 6.5f;
-            out->push_back(sampler ? sampler->sample(logits.data(), kVocab, positions[q] + 1)
-                                   : static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) -
-                                                          logits.begin()));
+            out->push_back(
+                sampler ? sampler->sample(logits.data(), kVocab, positions[q] + 1)
+                        : static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) -
+                                               logits.begin()));
         }
     }
     void commit(const std::vector<int32_t>& src_rows) override {
@@ -87,7 +90,8 @@ class ChainLm : public StepModel {
     int num_forward_ = 0;
 };
 
-GenerationConfig sampling(uint64_t seed, double temperature = 1.0, int top_k = 0, double top_p = 1.0) {
+GenerationConfig sampling(uint64_t seed, double temperature = 1.0, int top_k = 0,
+                          double top_p = 1.0) {
     return sampling_config(temperature, top_k, top_p, seed);
 }
 
@@ -157,7 +161,7 @@ TEST(SampledDecode, TreeLookaheadEqualsPlainSampling) {
             ChainLm lm(1024);
             const GenerationResult la = run(lm, prompt, g, c);
             ASSERT_EQ(la.token_ids, plain.token_ids) << "seed " << seed << " W,G,R,S,K " << W << ","
-                                               << G << "," << R << "," << S << "," << K;
+                                                     << G << "," << R << "," << S << "," << K;
             for (size_t k = 2; k < la.stats.accept_histogram.size(); ++k) {
                 multi_token_steps += la.stats.accept_histogram[k];
             }
@@ -189,8 +193,10 @@ TEST(SampledDecode, CallbackStopInsideAChunkTruncatesExactly) {
         };
         int seen_plain = 0, seen_la = 0;
         ChainLm plain_lm(1024), lm(1024);
-        const GenerationResult plain = run(plain_lm, prompt, sampling(3), std::nullopt, 96, make_cb(&seen_plain));
-        const GenerationResult la = run(lm, prompt, sampling(3), lookahead(5, 4, 5), 96, make_cb(&seen_la));
+        const GenerationResult plain =
+            run(plain_lm, prompt, sampling(3), std::nullopt, 96, make_cb(&seen_plain));
+        const GenerationResult la =
+            run(lm, prompt, sampling(3), lookahead(5, 4, 5), 96, make_cb(&seen_la));
         ASSERT_EQ(plain.token_ids.size(), static_cast<size_t>(stop_at));
         EXPECT_EQ(la.token_ids, plain.token_ids) << "stop_at " << stop_at;
         EXPECT_EQ(la.stop_reason, StopReason::kCallback);
@@ -277,7 +283,7 @@ TEST(SampledDecode, KeptPoolCarriesOverAndIsReshapedForAnotherN) {
     EXPECT_EQ(cold.token_ids, first.token_ids);
     EXPECT_LT(longer.stats.steps, cold.stats.steps);
     EXPECT_EQ(pool->texts().size(), 1u);  // not kept: the texts went with the pool
-    go(false, lookahead(1, 2, 1));  // not kept: starts empty
+    go(false, lookahead(1, 2, 1));        // not kept: starts empty
     EXPECT_LE(pool->size(), 81 + 4);
 }
 
@@ -314,7 +320,8 @@ TEST(GreedyDecode, CallbackStopAfterKeepsAPrefixOfTheOracle) {
         const GenerationResult g = run_decode(lm, r, [&](const Tokens& chunk) -> StreamControl {
             const int before = seen;
             seen += static_cast<int>(chunk.size());
-            return seen >= stop_at ? StreamControl::stop_after(stop_at - before) : StreamControl(true);
+            return seen >= stop_at ? StreamControl::stop_after(stop_at - before)
+                                   : StreamControl(true);
         });
         ASSERT_EQ(g.token_ids.size(), static_cast<size_t>(stop_at));
         EXPECT_TRUE(std::equal(g.token_ids.begin(), g.token_ids.end(), text.begin() + 100));

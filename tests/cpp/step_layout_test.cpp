@@ -63,9 +63,9 @@ TEST(StepLayout, GoldenW3N3G2) {
 TEST(StepLayout, GoldenW5N4G2) {
     const StepLayout layout = layout_for(5, 4, 2);
     EXPECT_EQ(layout.budget.tokens_per_step, 21);
-    EXPECT_EQ(layout.offsets, (std::vector<int32_t>{0, 1, 2, 3, 4,      // x a1..a4
-                                                    1, 2, 3, 4, 5,      // b0..b4
-                                                    2, 3, 4, 5, 6,      // c0..c4
+    EXPECT_EQ(layout.offsets, (std::vector<int32_t>{0, 1, 2, 3, 4,        // x a1..a4
+                                                    1, 2, 3, 4, 5,        // b0..b4
+                                                    2, 3, 4, 5, 6,        // c0..c4
                                                     1, 2, 3, 1, 2, 3}));  // u1..u3 v1..v3
     const std::vector<std::string> golden = {
         // x a1a2a3a4b0b1b2b3b4c0c1c2c3c4u1u2u3v1v2v3
@@ -102,8 +102,8 @@ TEST(StepLayout, NgramSizeTwoReadsAllOfRowZero) {
     const StepLayout layout = layout_for(3, 2, 2);
     EXPECT_EQ(layout.budget.tokens_per_step, 5);
     EXPECT_EQ(layout.offsets, (std::vector<int32_t>{0, 1, 2, 1, 1}));
-    EXPECT_EQ(mask_rows(layout), (std::vector<std::string>{"1....", "11...", "111..", "1..1.",
-                                                           "1...1"}));
+    EXPECT_EQ(mask_rows(layout),
+              (std::vector<std::string>{"1....", "11...", "111..", "1..1.", "1...1"}));
     EXPECT_EQ(layout.out_rows, (std::vector<int32_t>{0, 1, 2, 3, 4}));
     EXPECT_EQ(layout.out_last_level, 0);
     EXPECT_EQ(layout.out_verify, 3);

@@ -61,7 +61,8 @@ TEST(VerifyTree, DeepestWinsAndChainTiesGoToTheEarliest) {
     EXPECT_EQ(verify_tree(5, chains({5, 1, 5, 6}, 2), Tokens{6, 0, 6, 2}.data()).emitted,
               (Tokens{5, 6, 2}));
     // Chains 1 and 2 both accept one token: the earlier one's correction (7) is emitted.
-    const TreeVerdict r = verify_tree(5, chains({9, 9, 5, 1, 5, 2}, 2), Tokens{0, 0, 7, 0, 8, 0}.data());
+    const TreeVerdict r =
+        verify_tree(5, chains({9, 9, 5, 1, 5, 2}, 2), Tokens{0, 0, 7, 0, 8, 0}.data());
     EXPECT_EQ(r.path, (std::vector<int32_t>{2}));
     EXPECT_EQ(r.emitted, (Tokens{5, 7}));
 }
@@ -152,11 +153,13 @@ TEST(TokenTree, RandomTreesAcceptTheLongestOraclePrefix) {
         }
         size_t longest = 0;
         for (const Tokens& p : path) {
-            if (std::equal(p.begin(), p.end(), oracle.begin())) longest = std::max(longest, p.size());
+            if (std::equal(p.begin(), p.end(), oracle.begin()))
+                longest = std::max(longest, p.size());
         }
         const TreeVerdict v = verify_tree(oracle[0], nodes, argmax.data());
         ASSERT_EQ(v.path.size(), longest) << "trial " << trial;
-        ASSERT_EQ(v.emitted, Tokens(oracle.begin(), oracle.begin() + longest + 1)) << "trial " << trial;
+        ASSERT_EQ(v.emitted, Tokens(oracle.begin(), oracle.begin() + longest + 1))
+            << "trial " << trial;
     }
 }
 
@@ -232,7 +235,8 @@ TEST(StepPlan, GoldenTrieWithPadding) {
                                    node(5, 2, 3)};
     StepPlan plan;
     build_step_plan(build_step_layout(b), {}, 9, std::move(nodes), 6, &plan);
-    const char* want[] = {"1......", "11.....", "111....", "11.1...", "1...1..", "11.1.1.", "1.....1"};
+    const char* want[] = {"1......", "11.....", "111....", "11.1...",
+                          "1...1..", "11.1.1.", "1.....1"};
     for (int r = 0; r < 7; ++r) {
         std::string row;
         for (int k = 0; k < 7; ++k) row += plan.mask[r * 7 + k] ? '1' : '.';

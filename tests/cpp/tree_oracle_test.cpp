@@ -96,7 +96,8 @@ TEST_P(TreeOracle, EqualsGreedyWithEveryCut) {
         for (int i = 0; i < 20; i += 3) {
             const Tokens ends = {text[prompt_len + i]};
             const GenerationResult c = decode(text, prompt_len, max_new, p, ends);
-            EXPECT_EQ(c.token_ids, expected(text, prompt_len, max_new, ends)) << "end id " << ends[0];
+            EXPECT_EQ(c.token_ids, expected(text, prompt_len, max_new, ends))
+                << "end id " << ends[0];
             EXPECT_EQ(c.stop_reason, StopReason::kEndToken);
         }
     }
@@ -128,8 +129,8 @@ std::vector<TreeParams> grid() {
 
 INSTANTIATE_TEST_SUITE_P(Grid, TreeOracle, ::testing::ValuesIn(grid()), [](const auto& info) {
     const TreeParams& p = info.param;
-    return "W" + std::to_string(p.W) + "N" + std::to_string(p.N) + "G" + std::to_string(p.G) +
-           "R" + std::to_string(p.R) + "S" + std::to_string(p.S) + "K" + std::to_string(p.K) +
+    return "W" + std::to_string(p.W) + "N" + std::to_string(p.N) + "G" + std::to_string(p.G) + "R" +
+           std::to_string(p.R) + "S" + std::to_string(p.S) + "K" + std::to_string(p.K) +
            (p.fixed ? "Fixed" : "");
 });
 

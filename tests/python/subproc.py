@@ -35,8 +35,9 @@ def run_pylookahead(*args: str, timeout: float = 300) -> subprocess.CompletedPro
     )
 
 
-def run_python(code: str, *args: str, env: dict[str, str] | None = None,
-               timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """`python -c code args...` with `env` added to this process's environment."""
     return subprocess.run(
         [sys.executable, "-c", code, *args],

@@ -160,8 +160,9 @@ def test_auto_replays_see_a_loaded_pool(tiny_llama: Path, tmp_path: Path) -> Non
     # predicts from the n-grams the run will verify: on a prompt it has seen with its answer, more than a
     # session without the pool predicts. (A fixed cost table: no timing decides the plan.)
     source = Session(tiny_llama)
-    ref = source.generate(MIXED, max_new_tokens=60, lookahead=LookaheadConfig(window_size=0, ngram_size=4,
-                                                                              verification_set_size=2))
+    ref = source.generate(
+        MIXED, max_new_tokens=60, lookahead=LookaheadConfig(window_size=0, ngram_size=4, verification_set_size=2)
+    )
     source.save_pool(tmp_path / "pool.bin")
     firsts = []
     for load in (True, False):

@@ -54,9 +54,7 @@ def test_humaneval_reader_counts_fields_checksum() -> None:
     assert path.stat().st_size == ds.HUMANEVAL.size
 
 
-def test_corrupt_cache_is_replaced_and_bad_download_rejected(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_corrupt_cache_is_replaced_and_bad_download_rejected(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     good = ds.dataset_file("mtbench").read_bytes()  # the real, verified file (cached by the test above)
     monkeypatch.setenv("PYLOOKAHEAD_CACHE", str(tmp_path))
     cached = tmp_path / "datasets" / ds.MTBENCH.file_name

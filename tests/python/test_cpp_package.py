@@ -20,7 +20,6 @@ import pytest
 
 import pylookahead
 from kernel_support import kernels_here
-import torch
 
 pytestmark = pytest.mark.cpp_package
 
@@ -63,7 +62,12 @@ def installed_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("cmake is not installed")
     _run(
         [
-            "cmake", "-S", str(REPO), "-B", str(BUILD_DIR), *_generator_args(BUILD_DIR),
+            "cmake",
+            "-S",
+            str(REPO),
+            "-B",
+            str(BUILD_DIR),
+            *_generator_args(BUILD_DIR),
             "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-DTorch_DIR={Path(_torch_cmake_prefix()) / 'Torch'}",
@@ -85,8 +89,10 @@ def test_installed_headers_need_no_torch(installed_prefix: Path, tmp_path: Path)
     cxx = _cache_value(BUILD_DIR, "CMAKE_CXX_COMPILER")
     source = tmp_path / "headers.cpp"
     source.write_text("#include <pylookahead/pylookahead.h>\nint main() { return 0; }\n")
-    _run([cxx, "-std=c++17", "-fsyntax-only", f"-I{installed_prefix / 'include'}", str(source)],
-         "compiling the public headers without torch")
+    _run(
+        [cxx, "-std=c++17", "-fsyntax-only", f"-I{installed_prefix / 'include'}", str(source)],
+        "compiling the public headers without torch",
+    )
     installed = sorted(p.name for p in (installed_prefix / "include" / "pylookahead").iterdir())
     assert installed == sorted(p.name for p in (REPO / "cpp" / "include" / "pylookahead").glob("*.h"))
 
@@ -98,8 +104,14 @@ def _build_example(build_root: Path, cmake_args: list[str]) -> Path:
     build = build_root / "build"
     _run(
         [
-            "cmake", "-S", str(src), "-B", str(build), *_generator_args(build),
-            "-DCMAKE_BUILD_TYPE=Release", *cmake_args,
+            "cmake",
+            "-S",
+            str(src),
+            "-B",
+            str(build),
+            *_generator_args(build),
+            "-DCMAKE_BUILD_TYPE=Release",
+            *cmake_args,
         ],
         "configuring cpp/examples",
     )
@@ -130,13 +142,35 @@ def _ids(text: str) -> list[int]:
 
 # (generate_main flags, Python Session / generate arguments)
 CASES = [
-    (["-W", "3", "-N", "3", "-G", "2", "--max-new-tokens", "24", "--dtype", "float32"],
-     dict(dtype="float32", max_new_tokens=24, W=3, N=3, G=2)),
-    (["-W", "4", "-N", "4", "-G", "4", "--max-new-tokens", "40", "--dtype", "float64"],
-     dict(dtype="float64", max_new_tokens=40, W=4, N=4, G=4)),
-    (["-W", "2", "-N", "4", "-G", "3", "-R", "12", "--suffix-branches", "2", "--recycle-top-k", "3",
-      "--max-new-tokens", "40", "--dtype", "float64"],
-     dict(dtype="float64", max_new_tokens=40, W=2, N=4, G=3, R=12, S=2, K=3)),
+    (
+        ["-W", "3", "-N", "3", "-G", "2", "--max-new-tokens", "24", "--dtype", "float32"],
+        dict(dtype="float32", max_new_tokens=24, W=3, N=3, G=2),
+    ),
+    (
+        ["-W", "4", "-N", "4", "-G", "4", "--max-new-tokens", "40", "--dtype", "float64"],
+        dict(dtype="float64", max_new_tokens=40, W=4, N=4, G=4),
+    ),
+    (
+        [
+            "-W",
+            "2",
+            "-N",
+            "4",
+            "-G",
+            "3",
+            "-R",
+            "12",
+            "--suffix-branches",
+            "2",
+            "--recycle-top-k",
+            "3",
+            "--max-new-tokens",
+            "40",
+            "--dtype",
+            "float64",
+        ],
+        dict(dtype="float64", max_new_tokens=40, W=2, N=4, G=3, R=12, S=2, K=3),
+    ),
 ]
 
 
@@ -191,13 +225,12 @@ def _check_against_python(exe: Path, model_dir: Path, tmp_path: Path) -> None:
 
 
 def test_example_against_cmake_install(installed_prefix: Path, tiny_llama: Path, tmp_path: Path) -> None:
-    build = _build_example(
-        tmp_path / "example", [f"-DCMAKE_PREFIX_PATH={installed_prefix};{_torch_cmake_prefix()}"]
-    )
+    build = _build_example(tmp_path / "example", [f"-DCMAKE_PREFIX_PATH={installed_prefix};{_torch_cmake_prefix()}"])
     # find_package took the installed package, not anything in the source tree.
-    assert Path(_cache_value(build, "pylookahead_DIR")).resolve() == (
-        installed_prefix / "lib" / "cmake" / "pylookahead"
-    ).resolve()
+    assert (
+        Path(_cache_value(build, "pylookahead_DIR")).resolve()
+        == (installed_prefix / "lib" / "cmake" / "pylookahead").resolve()
+    )
     exe = build / "generate_main"
     _check_against_python(exe, tiny_llama, tmp_path)
     _check_sampling_and_stream_stop(exe, tiny_llama)
@@ -216,13 +249,19 @@ def _check_quantized(exe: Path, model_dir: Path, tmp_path: Path) -> None:
     gguf_file = write_gguf(model_dir, tmp_path / "tiny.gguf", Q.Q4_1, Q.Q8_0)
     flags = ["--ids", ",".join(map(str, PROMPT)), "-W", "3", "-N", "4", "-G", "3", "--max-new-tokens", "24",
              "--threads", "1"]  # fmt: skip
-    for path, quantize, expect in [(model_dir, "int8", "int8"), (model_dir, "int4", "int4"), (gguf_file, "auto", "gguf")]:
+    for path, quantize, expect in [
+        (model_dir, "int8", "int8"),
+        (model_dir, "int4", "int4"),
+        (gguf_file, "auto", "gguf"),
+    ]:
         out = _run_example(exe, [str(path), *flags, "--quantize", quantize])
         assert (out["quantize"], out["identical"]) == (expect, "yes")
         model = pylookahead.Model(path, dtype="float32", quantize=quantize)
         assert out["weight_notes"] == " | ".join(model.info.weight_notes)
         assert _ids(out["greedy_ids"]) == pylookahead.Session(model).generate(PROMPT, max_new_tokens=24).token_ids
-    bad = subprocess.run([str(exe), str(model_dir), "--ids", "1,2", "--quantize", "int3"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [str(exe), str(model_dir), "--ids", "1,2", "--quantize", "int3"], capture_output=True, text=True
+    )
     assert bad.returncode == 2
     assert "quantize must be one of auto, none, int8, int4 (got 'int3')" in bad.stderr
 
@@ -237,7 +276,9 @@ def _check_linear_kernels(exe: Path, model_dir: Path) -> None:
     assert out["linear_kernel_skipped"] == " | ".join(auto.linear_kernel_skipped)
     flags = ["-W", "2", "-N", "4", "-G", "3", "--max-new-tokens", "24", "--dtype", "bfloat16", "--threads", "1"]
     for kernel in kernels:
-        out = _run_example(exe, [str(model_dir), "--ids", ",".join(map(str, PROMPT)), *flags, "--linear-kernel", kernel])
+        out = _run_example(
+            exe, [str(model_dir), "--ids", ",".join(map(str, PROMPT)), *flags, "--linear-kernel", kernel]
+        )
         assert out["linear_kernel"] == kernel
         assert out["identical"] == "yes"
         session = pylookahead.Session(pylookahead.Model(model_dir, dtype="bfloat16", linear_kernel=kernel))

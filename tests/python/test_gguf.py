@@ -331,7 +331,11 @@ def test_tiny_gguf_with_a_missing_or_extra_tensor(tiny_model_factory, tmp_path) 
             changed["model.layers.0.self_attn.o_proj.bias"] = np.zeros(64, np.float32)
         save_file(changed, str(variant / "model.safetensors"))
         path = write_gguf(variant, tmp_path / f"{case}.gguf")
-        pattern = r"missing tensor 'blk\.1\.ffn_down\.weight'" if case == "missing" else r"unexpected tensor 'blk\.0\.attn_output\.bias'"
+        pattern = (
+            r"missing tensor 'blk\.1\.ffn_down\.weight'"
+            if case == "missing"
+            else r"unexpected tensor 'blk\.0\.attn_output\.bias'"
+        )
         with pytest.raises(pylookahead.ModelLoadError, match=pattern):
             Model(path, dtype="float32")
 
@@ -344,7 +348,9 @@ def test_tiny_gguf_of_another_architecture(tmp_path) -> None:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    with pytest.raises(pylookahead.ModelLoadError, match=r"unsupported GGUF architecture 'gpt2' \(supported: llama, qwen2\)"):
+    with pytest.raises(
+        pylookahead.ModelLoadError, match=r"unsupported GGUF architecture 'gpt2' \(supported: llama, qwen2\)"
+    ):
         Model(path)
 
 
@@ -356,6 +362,8 @@ def test_tiny_gguf_q4_0_scale_without_an_int4_offset(tiny_model_factory, tmp_pat
     data = bytearray(path.read_bytes())
     data[offset : offset + 2] = struct.pack("<H", 0x7400)  # d = 16384: -8 d = -131072 is beyond fp16
     path.write_bytes(bytes(data))
-    with pytest.raises(pylookahead.ModelLoadError, match=r"q4_0\.gguf: tensor 'blk\.0\.attn_q\.weight': a Q4_0 scale of 16384"):
+    with pytest.raises(
+        pylookahead.ModelLoadError, match=r"q4_0\.gguf: tensor 'blk\.0\.attn_q\.weight': a Q4_0 scale of 16384"
+    ):
         Model(path, dtype="float32")
     assert Model(path, dtype="float32", quantize="none").info.quantize == "none"

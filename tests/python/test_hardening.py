@@ -72,6 +72,7 @@ def test_ctrl_c_ends_generate_without_a_callback(tiny_llama: Path, tmp_path: Pat
 
 # ---- 2. num_threads is bounded by the machine's CPUs -------------------------------------------------------------
 
+
 def test_num_threads_above_the_cpu_count_is_a_value_error(tiny_llama: Path) -> None:
     cpus = os.cpu_count() or 1
     with pytest.raises(ValueError, match=rf"num_threads must be <= {cpus} \(this machine's CPUs\) \(got 100000\)"):
@@ -80,13 +81,16 @@ def test_num_threads_above_the_cpu_count_is_a_value_error(tiny_llama: Path) -> N
 
 # ---- 3. messages carrying file bytes stay valid UTF-8, whole ------------------------------------------------------
 
+
 def _write_safetensors(path: Path, header: bytes, body: bytes = b"") -> None:
     path.write_bytes(struct.pack("<Q", len(header)) + header + body)
 
 
 def test_non_utf8_bytes_in_a_header_are_escaped(tiny_llama: Path, tmp_path: Path) -> None:
     ckpt = _copy(tiny_llama, tmp_path / "ckpt")
-    _write_safetensors(ckpt / "model.safetensors", b'{"w\xff\xfe": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}')
+    _write_safetensors(
+        ckpt / "model.safetensors", b'{"w\xff\xfe": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
+    )
     with pytest.raises(ModelLoadError) as info:
         Model(ckpt)
     assert "\\xff" in str(info.value)
@@ -113,10 +117,17 @@ def test_non_utf8_bytes_in_config_json_are_escaped(tiny_llama: Path, tmp_path: P
 
 # ---- 4. config.json integers are never narrowed -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "key, value",
-    [("num_hidden_layers", 2**32 + 1), ("vocab_size", 2**32 + 32), ("hidden_size", 2**31), ("eos_token_id", 2**40),
-     ("max_position_embeddings", 2**63), ("num_attention_heads", -1)],
+    [
+        ("num_hidden_layers", 2**32 + 1),
+        ("vocab_size", 2**32 + 32),
+        ("hidden_size", 2**31),
+        ("eos_token_id", 2**40),
+        ("max_position_embeddings", 2**63),
+        ("num_attention_heads", -1),
+    ],
 )
 def test_config_integers_out_of_range_are_refused(tiny_llama: Path, tmp_path: Path, key: str, value: int) -> None:
     ckpt = _copy(tiny_llama, tmp_path / "ckpt", **{key: value})
@@ -132,6 +143,7 @@ def test_kv_capacity_is_bounded(tiny_llama: Path, tmp_path: Path) -> None:
 
 
 # ---- 5. a FIFO in place of a file is refused, not waited on -------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["config.json", "generation_config.json", "model.safetensors.index.json"])
 def test_fifo_in_place_of_a_checkpoint_file(tiny_llama: Path, tmp_path: Path, name: str) -> None:
@@ -149,6 +161,7 @@ def test_fifo_as_a_pool_file(tiny_llama: Path, tmp_path: Path) -> None:
 
 
 # ---- 6. re-entering a Session is a typed "busy" error ---------------------------------------------------------------
+
 
 def test_reentering_a_core_session_from_its_callback(tiny_llama: Path) -> None:
     core = Session(tiny_llama)._session
@@ -175,6 +188,7 @@ def test_python_session_busy_is_the_same_type(tiny_llama: Path) -> None:
 
 
 # ---- 7. save_pool writes through symlinks and refuses non-regular targets -------------------------------------------
+
 
 def test_save_pool_follows_a_symlink(tiny_llama: Path, tmp_path: Path) -> None:
     s = Session(tiny_llama)
@@ -209,18 +223,25 @@ INT_RANGE = r"\[-2147483648, 2147483647\]"
 @pytest.mark.parametrize(
     "call, pattern",
     [
-        (lambda s: s.generate([1, 2], max_new_tokens=2**31), rf"max_new_tokens must be in {INT_RANGE} \(got 2147483648\)"),
-        (lambda s: s.generate([1, 2], top_k=-2**31 - 1), rf"top_k must be in {INT_RANGE} \(got -2147483649\)"),
-        (lambda s: s.generate([1, 2], temperature=0.5, seed=2**64),
-         r"seed must be in \[0, 18446744073709551615\] \(got 18446744073709551616\)"),
-        (lambda s: s.generate([1, 2], stop_token_ids=[2**40]),
-         rf"stop_token_ids\[0\] must be in {INT_RANGE} \(got 1099511627776\)"),
+        (
+            lambda s: s.generate([1, 2], max_new_tokens=2**31),
+            rf"max_new_tokens must be in {INT_RANGE} \(got 2147483648\)",
+        ),
+        (lambda s: s.generate([1, 2], top_k=-(2**31) - 1), rf"top_k must be in {INT_RANGE} \(got -2147483649\)"),
+        (
+            lambda s: s.generate([1, 2], temperature=0.5, seed=2**64),
+            r"seed must be in \[0, 18446744073709551615\] \(got 18446744073709551616\)",
+        ),
+        (
+            lambda s: s.generate([1, 2], stop_token_ids=[2**40]),
+            rf"stop_token_ids\[0\] must be in {INT_RANGE} \(got 1099511627776\)",
+        ),
         (lambda s: s.generate([1, 2**40]), rf"prompt\[1\] must be in {INT_RANGE} \(got 1099511627776\)"),
         (lambda s: s.generate([1, 2], temperature=10**400), r"temperature must be in the range of a C double"),
         (lambda s: LookaheadConfig(window_size=2**31), rf"window_size must be in {INT_RANGE}"),
         (lambda s: LookaheadConfig(seed=2**64), r"seed must be in \[0, 18446744073709551615\]"),
         (lambda s: LookaheadConfig(ngram_size="4"), r"ngram_size must be an int \(got '4'\)"),
-        (lambda s: pylookahead.AutoLookahead(probe_steps=-2**40), r"probe_steps must be in"),
+        (lambda s: pylookahead.AutoLookahead(probe_steps=-(2**40)), r"probe_steps must be in"),
     ],
 )
 def test_out_of_range_ints_are_value_errors(tiny_llama: Path, call, pattern: str) -> None:
@@ -229,6 +250,7 @@ def test_out_of_range_ints_are_value_errors(tiny_llama: Path, call, pattern: str
 
 
 # ---- under contention: the thread governor keeps lookahead exact ----------------------------------------------------
+
 
 def test_lookahead_equals_greedy_with_the_thread_governor_on(tiny_model_factory) -> None:
     """Two threads, so the governor probes and may switch decode steps between 2 threads and 1 (on a tiny model

@@ -86,7 +86,11 @@ def test_lookahead_equals_greedy_with_each_kernel(tiny_model_factory, arch: str,
 @pytest.mark.parametrize(
     "dtype, kernel, pattern",
     [
-        ("bfloat16", "mkl", r"linear_kernel must be one of auto, bf16-avx512, avx2, onednn, generic, aten \(got 'mkl'\)"),
+        (
+            "bfloat16",
+            "mkl",
+            r"linear_kernel must be one of auto, bf16-avx512, avx2, onednn, generic, aten \(got 'mkl'\)",
+        ),
         ("float32", "bf16-avx512", r"linear_kernel 'bf16-avx512' needs dtype bfloat16 .*got dtype Float"),
         ("float64", "onednn", r"linear_kernel 'onednn' needs dtype bfloat16 or float32 .*got dtype Double"),
         ("float64", "avx2", r"linear_kernel 'avx2' needs dtype float32, float16 or bfloat16 .*got dtype Double"),
@@ -149,4 +153,7 @@ def test_cpu_isa_cap_moves_auto_to_the_lower_kernels(tiny_model_factory, cap: st
 def test_bad_cpu_isa_cap_is_a_value_error(tiny_model_factory) -> None:
     proc = _run_capped(tiny_model_factory("llama", seed=3), "avx1024")
     assert proc.returncode != 0
-    assert "ValueError: PYLOOKAHEAD_CPU_ISA must be one of generic, avx2, avx512, avx512bf16 (got 'avx1024')" in proc.stderr
+    assert (
+        "ValueError: PYLOOKAHEAD_CPU_ISA must be one of generic, avx2, avx512, avx512bf16 (got 'avx1024')"
+        in proc.stderr
+    )

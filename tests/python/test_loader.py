@@ -54,8 +54,10 @@ IDS = [3, 17, 5, 42, 8, 1, 60, 23]
         dict(arch="llama", dtype=torch.float16),
         dict(arch="qwen2", dtype=torch.float64),
     ],
-    ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items() if k != "rope_scaling")
-    + ("-rope_scaling=" + kw["rope_scaling"]["rope_type"] if "rope_scaling" in kw else ""),
+    ids=lambda kw: (
+        "-".join(f"{k}={v}" for k, v in kw.items() if k != "rope_scaling")
+        + ("-rope_scaling=" + kw["rope_scaling"]["rope_type"] if "rope_scaling" in kw else "")
+    ),
 )
 def test_layouts_load_and_match_transformers(tmp_path, kwargs):
     d = write_tiny_model(tmp_path / "m", **kwargs)

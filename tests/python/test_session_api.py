@@ -114,8 +114,10 @@ LOOKAHEAD_KINDS = r"lookahead must be None, 'auto', a LookaheadConfig or an Auto
         (dict(max_new_tokens="3"), r"max_new_tokens must be an int \(got '3'\)"),
         (dict(max_new_tokens=2.0), r"max_new_tokens must be an int \(got 2\.0\)"),
         (dict(max_new_tokens=True), r"max_new_tokens must be an int \(got True\)"),
-        (dict(stop_token_ids=[TINY_VOCAB_SIZE]),
-         rf"stop_token_ids\[0\] must be a token id in \[0, {TINY_VOCAB_SIZE}\) \(got {TINY_VOCAB_SIZE}\)"),
+        (
+            dict(stop_token_ids=[TINY_VOCAB_SIZE]),
+            rf"stop_token_ids\[0\] must be a token id in \[0, {TINY_VOCAB_SIZE}\) \(got {TINY_VOCAB_SIZE}\)",
+        ),
         (dict(stop_token_ids=[-1]), r"stop_token_ids\[0\] must be >= 0 \(got -1\)"),
         (dict(stop_token_ids=[1, "2"]), r"stop_token_ids\[1\] must be an int \(got '2'\)"),
         (dict(stop_token_ids=7), r"stop_token_ids must be a sequence of token ids \(got 7\)"),
@@ -141,7 +143,10 @@ def test_bad_generate_arguments(session: Session, kwargs, pattern: str) -> None:
     [
         ([], r"prompt must hold at least one token \(got 0\)"),
         ("", r"prompt must hold at least one token \(got 0\)"),
-        ([5, TINY_VOCAB_SIZE], rf"prompt\[1\] must be a token id in \[0, {TINY_VOCAB_SIZE}\) \(got {TINY_VOCAB_SIZE}\)"),
+        (
+            [5, TINY_VOCAB_SIZE],
+            rf"prompt\[1\] must be a token id in \[0, {TINY_VOCAB_SIZE}\) \(got {TINY_VOCAB_SIZE}\)",
+        ),
         ([5, 6, -1], rf"prompt\[2\] must be a token id in \[0, {TINY_VOCAB_SIZE}\) \(got -1\)"),
         ([5, 6.0], r"prompt\[1\] must be an int \(got 6\.0\)"),
         ([5, "6"], r"prompt\[1\] must be an int \(got '6'\)"),

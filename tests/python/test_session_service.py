@@ -121,7 +121,9 @@ def test_sampler_matches_the_target_distribution(tiny64, temperature, top_k, top
     q = _target_distribution(session.prompt_logits(prompt)[-1], temperature, top_k, top_p)
     n = 3000
     counts = Counter(
-        session.generate(prompt, max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p, seed=s).token_ids[0]
+        session.generate(prompt, max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p, seed=s).token_ids[
+            0
+        ]
         for s in range(n)
     )
     assert set(counts) <= set(np.flatnonzero(q)), "drew a token outside the top-k / top-p set"
@@ -268,7 +270,7 @@ def test_pool_file_errors_name_the_file_and_field(tiny64, tiny_model_factory, tm
     path = tmp_path / "pool.bin"
     session.save_pool(path)
     data = path.read_bytes()
-    (tmp_path / "short.bin").write_bytes(data[:_pool_end(data) - 3])  # inside the pool (texts: below)
+    (tmp_path / "short.bin").write_bytes(data[: _pool_end(data) - 3])  # inside the pool (texts: below)
     with pytest.raises(ValueError, match=r"short\.bin: truncated"):
         session.load_pool(tmp_path / "short.bin")
     (tmp_path / "junk.bin").write_bytes(b"not a pool at all")
@@ -311,7 +313,7 @@ def _pool_file_texts(data: bytes) -> list[list[int]]:
 
 def _pool_file_as_version_2(data: bytes) -> bytes:
     """The same pool in the version-2 layout: no texts after the pool."""
-    return data[:8] + struct.pack("<I", 2) + data[12:_pool_end(data)]
+    return data[:8] + struct.pack("<I", 2) + data[12 : _pool_end(data)]
 
 
 def _pool_file_as_version_1(data: bytes) -> bytes:
@@ -319,14 +321,14 @@ def _pool_file_as_version_1(data: bytes) -> bytes:
     end = _pool_end(data)
     at = 16 + 4 + _u32(data, 16)
     ngram_len, keys = _u32(data, at), _u32(data, at + 8)
-    out = bytearray(data[:8] + struct.pack("<I", 1) + data[12:at + 12])
+    out = bytearray(data[:8] + struct.pack("<I", 1) + data[12 : at + 12])
     at += 12
     for _ in range(keys):
         count = _u32(data, at + 4)
-        out += data[at:at + 8]
+        out += data[at : at + 8]
         at += 8
         for _ in range(count):
-            out += data[at:at + 1 + 4 * ngram_len]  # source byte and tokens
+            out += data[at : at + 1 + 4 * ngram_len]  # source byte and tokens
             at += 1 + 4 * ngram_len + 4 * 3  # then 3 context ids, dropped
     assert at == end
     return bytes(out)
@@ -375,7 +377,10 @@ def test_pool_file_keeps_the_texts_a_larger_n_rebuilds_from(tiny64, tmp_path: Pa
     session = Session(tiny64)
     session.generate(prompt, max_new_tokens=40, lookahead=la(0, 3, 2))
     session.load_pool(tmp_path / "v2.bin")
-    assert session.generate(prompt, max_new_tokens=40, lookahead=la(0, 5, 2), keep_pool=True).stats.steps == cold.stats.steps
+    assert (
+        session.generate(prompt, max_new_tokens=40, lookahead=la(0, 5, 2), keep_pool=True).stats.steps
+        == cold.stats.steps
+    )
 
 
 def test_pool_file_texts_are_checked(tiny64, tmp_path: Path) -> None:
@@ -389,7 +394,7 @@ def test_pool_file_texts_are_checked(tiny64, tmp_path: Path) -> None:
     (tmp_path / "id.bin").write_bytes(bad_id)
     with pytest.raises(ValueError, match=r"id\.bin: pool text token id must be < vocab_size 97 \(got 97 in text 0\)"):
         session.load_pool(tmp_path / "id.bin")
-    empty = bytearray(data[:at + 4]) + struct.pack("<I", 0)
+    empty = bytearray(data[: at + 4]) + struct.pack("<I", 0)
     (tmp_path / "empty.bin").write_bytes(empty)
     with pytest.raises(ValueError, match=r"empty\.bin: pool text length must be in \[1, 65536\] \(got 0 in text 0\)"):
         session.load_pool(tmp_path / "empty.bin")
@@ -507,7 +512,9 @@ def test_real_model_sampled_lookahead_equals_plain_sampling(smol, prompt) -> Non
         options = dict(temperature=0.8, top_p=0.95, seed=seed)
         plain = smol.generate(prompt, max_new_tokens=64, **options)
         for cfg in [(2, 3, 2), (4, 4, 4)]:
-            assert smol.generate(prompt, max_new_tokens=64, lookahead=la(*cfg), **options).token_ids == plain.token_ids, (seed, cfg)
+            assert (
+                smol.generate(prompt, max_new_tokens=64, lookahead=la(*cfg), **options).token_ids == plain.token_ids
+            ), (seed, cfg)
 
 
 @pytest.mark.slow

@@ -56,21 +56,40 @@ def check_python(model: Path) -> list[int]:
     greedy = session.generate(prompt, max_new_tokens=MAX_NEW)
     t1 = time.perf_counter()
     auto = session.generate(prompt, max_new_tokens=MAX_NEW, lookahead="auto")
-    fixed = session.generate(prompt, max_new_tokens=MAX_NEW, lookahead=pylookahead.LookaheadConfig(window_size=4, ngram_size=4, verification_set_size=4))
+    fixed = session.generate(
+        prompt,
+        max_new_tokens=MAX_NEW,
+        lookahead=pylookahead.LookaheadConfig(window_size=4, ngram_size=4, verification_set_size=4),
+    )
     if not (greedy.token_ids == auto.token_ids == fixed.token_ids):
         fail(f"lookahead != greedy:\n greedy {greedy.token_ids}\n auto   {auto.token_ids}\n fixed  {fixed.token_ids}")
     if len(greedy.token_ids) == 0 or not greedy.text.strip():
         fail("greedy decoding produced no text")
-    print(f"python: {len(greedy.token_ids)} tokens, greedy {len(greedy.token_ids) / (t1 - t0):.1f} tok/s, "
-          f"auto and (4,4,4) identical to greedy ({fixed.stats.steps} steps for (4,4,4)); "
-          f"linear kernel {session.model.info.linear_kernel}")
+    print(
+        f"python: {len(greedy.token_ids)} tokens, greedy {len(greedy.token_ids) / (t1 - t0):.1f} tok/s, "
+        f"auto and (4,4,4) identical to greedy ({fixed.stats.steps} steps for (4,4,4)); "
+        f"linear kernel {session.model.info.linear_kernel}"
+    )
     return list(prompt)
 
 
 def check_console_script(model: Path) -> None:
     exe = Path(sys.prefix) / "bin" / "pylookahead"
-    out = run([str(exe), "generate", "--model", str(model), "--prompt", PROMPT, "--chat", "--max-new-tokens", "24",
-               "--compare-greedy"], "pylookahead generate --compare-greedy")
+    out = run(
+        [
+            str(exe),
+            "generate",
+            "--model",
+            str(model),
+            "--prompt",
+            PROMPT,
+            "--chat",
+            "--max-new-tokens",
+            "24",
+            "--compare-greedy",
+        ],
+        "pylookahead generate --compare-greedy",
+    )
     print(f"console script: ok ({out.strip().splitlines()[-1][:100]})")
 
 
@@ -83,27 +102,63 @@ def check_cpp(model: Path, prompt: list[int], examples: Path, work: Path) -> Non
     shutil.rmtree(src, ignore_errors=True)
     shutil.copytree(examples, src)
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    run(["cmake", "-S", str(src), "-B", str(build), *generator, "-DCMAKE_BUILD_TYPE=Release",
-         f"-Dpylookahead_DIR={cmake_dir}"],  # docs/cpp.md, route 2: the package finds torch itself
-        "configuring cpp/examples against the wheel")
+    run(
+        [
+            "cmake",
+            "-S",
+            str(src),
+            "-B",
+            str(build),
+            *generator,
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-Dpylookahead_DIR={cmake_dir}",
+        ],  # docs/cpp.md, route 2: the package finds torch itself
+        "configuring cpp/examples against the wheel",
+    )
     run(["cmake", "--build", str(build), "--parallel", "2"], "building cpp/examples")
-    cache = dict(line.partition("=")[::2] for line in (build / "CMakeCache.txt").read_text().splitlines()
-                 if "=" in line and not line.startswith(("#", "//")))
+    cache = dict(
+        line.partition("=")[::2]
+        for line in (build / "CMakeCache.txt").read_text().splitlines()
+        if "=" in line and not line.startswith(("#", "//"))
+    )
     torch_dir = next((v for k, v in cache.items() if k.startswith("Torch_DIR:")), "")
     if not Path(torch_dir).resolve().is_relative_to(Path(torch.utils.cmake_prefix_path).resolve()):
         fail(f"the wheel's CMake package found libtorch at {torch_dir!r}, not in the venv's torch")
 
-    out = run([str(build / "generate_main"), str(model), "--ids", ",".join(map(str, prompt)), "-W", "4", "-N", "4",
-               "-G", "4", "--max-new-tokens", "32", "--dtype", "float32", "--threads", "1"], "running generate_main")
+    out = run(
+        [
+            str(build / "generate_main"),
+            str(model),
+            "--ids",
+            ",".join(map(str, prompt)),
+            "-W",
+            "4",
+            "-N",
+            "4",
+            "-G",
+            "4",
+            "--max-new-tokens",
+            "32",
+            "--dtype",
+            "float32",
+            "--threads",
+            "1",
+        ],
+        "running generate_main",
+    )
     fields = dict(line.partition(": ")[::2] for line in out.splitlines())
     session = pylookahead.Session(model, dtype="float32")
     greedy = session.generate(prompt, max_new_tokens=32)
     ids = {k: [int(t) for t in fields[k].split()] for k in ("greedy_ids", "lookahead_ids")}
     if not (ids["greedy_ids"] == ids["lookahead_ids"] == greedy.token_ids):
-        fail(f"C++ ids differ from Python's:\n C++ greedy {ids['greedy_ids']}\n C++ lookahead {ids['lookahead_ids']}\n"
-             f" Python {greedy.token_ids}")
-    print(f"c++: generate_main built against {cmake_dir}; greedy == lookahead == Python "
-          f"({len(greedy.token_ids)} tokens, {fields['lookahead_steps']} lookahead steps)")
+        fail(
+            f"C++ ids differ from Python's:\n C++ greedy {ids['greedy_ids']}\n C++ lookahead {ids['lookahead_ids']}\n"
+            f" Python {greedy.token_ids}"
+        )
+    print(
+        f"c++: generate_main built against {cmake_dir}; greedy == lookahead == Python "
+        f"({len(greedy.token_ids)} tokens, {fields['lookahead_steps']} lookahead steps)"
+    )
 
 
 def main() -> None:

@@ -28,21 +28,22 @@ struct LookaheadConfig {
     int window_size = 4;            // W: lookahead columns (>= 0); also n-grams harvested per step
     int ngram_size = 4;             // N: n-gram length (>= 2); a step emits at most N tokens
     int verification_set_size = 4;  // G: candidates verified per step (>= 0)
-    bool seed_from_prompt = true;   // put every n-gram of the prompt and of the accepted text in the pool
-    uint64_t seed = 0;              // seeds the random initial window (drawn from prompt tokens)
+    bool seed_from_prompt =
+        true;           // put every n-gram of the prompt and of the accepted text in the pool
+    uint64_t seed = 0;  // seeds the random initial window (drawn from prompt tokens)
 
     // Draft tree (docs/design.md, "Draft tree"). tree_rows = R > 0: the proposals of every draft
     // source (the pool's G n-grams, suffix lookup, token recycling) are merged into one token
     // tree (shared prefixes once) of at most R rows, those most likely to be accepted, verified
     // beside the window in the same pass; a step then emits 1 .. R + 1 tokens. 0 = the paper's
     // layout: G separate slots of N - 1 tokens.
-    int tree_rows = 0;              // R (0 .. 512)
-    int suffix_branches = 0;        // suffix lookup: continuations of the longest earlier
-                                    // matches of the text's suffix in the prompt, the output and
-                                    // a kept pool's texts (0 .. 16; needs tree_rows >= 1)
-    int recycle_top_k = 0;          // token recycling: the k best next tokens the model predicted
-                                    // for each token, from every step's logits (0 .. 16; needs
-                                    // tree_rows >= 1)
+    int tree_rows = 0;        // R (0 .. 512)
+    int suffix_branches = 0;  // suffix lookup: continuations of the longest earlier
+                              // matches of the text's suffix in the prompt, the output and
+                              // a kept pool's texts (0 .. 16; needs tree_rows >= 1)
+    int recycle_top_k = 0;    // token recycling: the k best next tokens the model predicted
+                              // for each token, from every step's logits (0 .. 16; needs
+                              // tree_rows >= 1)
 
     bool tree() const { return tree_rows > 0; }
     // Rows of the window: (N - 1) * W, or 1 (x alone) when W = 0.
@@ -94,19 +95,19 @@ struct AutoLookahead {
 
 // Options of one Session::generate() call. Every option is per call.
 struct GenerationConfig {
-    int max_new_tokens = 128;              // stop after this many new tokens (>= 1)
-    std::vector<TokenId> stop_token_ids;   // extra end ids, on top of the model's own
-    bool use_model_end_ids = true;         // also stop on the model's ModelInfo::eos_token_ids
+    int max_new_tokens = 128;             // stop after this many new tokens (>= 1)
+    std::vector<TokenId> stop_token_ids;  // extra end ids, on top of the model's own
+    bool use_model_end_ids = true;        // also stop on the model's ModelInfo::eos_token_ids
 
     // Sampling. temperature 0 is greedy decoding (the other three are then unused). Otherwise
     // the token at absolute position p is drawn from softmax(logits / temperature), cut to the
     // top_k most likely tokens and then to the smallest set whose probability reaches top_p,
     // with the uniform number uniform_at(seed, p) (a counter-based stream): the same seed gives
     // the same tokens with or without lookahead, whatever the steps accepted.
-    double temperature = 0.0;              // >= 0, finite
-    int top_k = 0;                         // keep the k most likely tokens; 0 = all (>= 0)
-    double top_p = 1.0;                    // nucleus mass, in (0, 1]; 1 = off
-    uint64_t seed = 0;                     // keys the random stream
+    double temperature = 0.0;  // >= 0, finite
+    int top_k = 0;             // keep the k most likely tokens; 0 = all (>= 0)
+    double top_p = 1.0;        // nucleus mass, in (0, 1]; 1 = off
+    uint64_t seed = 0;         // keys the random stream
 
     // Context kept from this Session's earlier calls (see docs/session.md):
     // reuse_cache: keep the cached K/V rows of the longest common prefix of `prompt` and the
@@ -158,7 +159,8 @@ struct EngineConfig {
 
 // Per-Session options.
 struct SessionConfig {
-    int kv_capacity = 0;  // KV cache rows (prompt + new tokens + one step); 0 = min(max_position_embeddings, 4096)
+    int kv_capacity = 0;  // KV cache rows (prompt + new tokens + one step); 0 =
+                          // min(max_position_embeddings, 4096)
 
     // Throws ConfigError if kv_capacity < 0. The upper bound (the model's max_position_embeddings,
     // or its sliding window) is checked by the Session constructor.

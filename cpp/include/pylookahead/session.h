@@ -26,19 +26,19 @@ namespace pylookahead {
 
 // What a loaded checkpoint is (read from its config.json and generation_config.json).
 struct ModelInfo {
-    std::string architecture;          // e.g. "LlamaForCausalLM"
-    std::string model_dir;             // the directory it was loaded from
-    std::string device;                // device it runs on, e.g. "cpu", "cuda:0"
-    std::string dtype;                 // compute dtype, as in EngineConfig::dtype
+    std::string architecture;  // e.g. "LlamaForCausalLM"
+    std::string model_dir;     // the directory it was loaded from
+    std::string device;        // device it runs on, e.g. "cpu", "cuda:0"
+    std::string dtype;         // compute dtype, as in EngineConfig::dtype
     int num_layers = 0;
     int hidden_size = 0;
     int num_attention_heads = 0;
     int num_key_value_heads = 0;
     int head_dim = 0;
-    int vocab_size = 0;                // token ids are in [0, vocab_size)
+    int vocab_size = 0;  // token ids are in [0, vocab_size)
     int max_position_embeddings = 0;
     std::vector<TokenId> eos_token_ids;  // from generation_config.json, else config.json
-    bool packed_weights = false;       // CPU linear weights pre-packed (docs/design.md)
+    bool packed_weights = false;         // CPU linear weights pre-packed (docs/design.md)
     // Kernel of the linear layers: "bf16-avx512" (bf16 on a CPU with AVX512-BF16), "avx2"
     // (fp32, fp16, bf16 on a CPU with AVX2 + FMA + F16C), "onednn" (oneDNN's packed linear),
     // "generic" (the engine's kernel without SIMD assumptions), "aten" (at::linear: fp64, CUDA).
@@ -50,14 +50,15 @@ struct ModelInfo {
     // (the CPU's, under any PYLOOKAHEAD_CPU_ISA cap).
     std::string cpu_isa;
     // Formats of the linear weights: "none" (dtype), "int8" or "int4" (quantized at load, or
-    // GGUF blocks of that format kept), "gguf" (a GGUF file's Q8_0/Q5_0/Q4_0/Q4_1 weights as they are).
+    // GGUF blocks of that format kept), "gguf" (a GGUF file's Q8_0/Q5_0/Q4_0/Q4_1 weights as they
+    // are).
     std::string quantize = "none";
-    bool quantize_lm_head = false;     // whether the lm_head is held quantized
+    bool quantize_lm_head = false;  // whether the lm_head is held quantized
     // How the linear weights were taken, by source, e.g. "Q4_1: 150 as they are (int4)",
     // "Q6_K: 12 dequantized to bfloat16", "checkpoint: 121 quantized to int8".
     std::vector<std::string> weight_notes;
-    int64_t weight_bytes = 0;          // bytes of the weights held (linear layers as packed)
-    double load_seconds = 0;           // wall time of Model::load (reading, casting, packing)
+    int64_t weight_bytes = 0;  // bytes of the weights held (linear layers as packed)
+    double load_seconds = 0;   // wall time of Model::load (reading, casting, packing)
 };
 
 // Loaded weights of one Llama-family checkpoint (LlamaForCausalLM, Qwen2ForCausalLM,
@@ -149,8 +150,8 @@ class Session {
     // (T = 1, 4, 8, 16, 32, 64, and 128, 256 while a step of 64 costs under 2.5 greedy steps),
     // each the median of 3 runs after a warm-up, over 128 dummy rows placed after the rows the
     // cache holds (which stay reusable; when fewer than 128 rows are free after them the cache
-    // is emptied instead; fewer dummy rows in a small cache). Returns the table (ascending T, the first T = 1); later
-    // calls return it without measuring. Takes roughly 30 forward passes.
+    // is emptied instead; fewer dummy rows in a small cache). Returns the table (ascending T, the
+    // first T = 1); later calls return it without measuring. Takes roughly 30 forward passes.
     std::vector<StepCost> calibrate();
     // Replaces the table (e.g. one measured earlier, or a synthetic one for tests) and forgets
     // the step times measured so far. Throws ConfigError unless every tokens is in [1, 4096] and

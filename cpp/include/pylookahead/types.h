@@ -47,19 +47,19 @@ struct StepCost {
 // A switch made by automatic lookahead (Session::generate with AutoLookahead): from step `step`
 // on, the steps run this configuration. The first decision of a generation has step 0.
 struct AutoDecision {
-    int64_t step = 0;               // index (0-based, after prefill) of the first step that runs it
-    int window_size = 0;            // W, N, G of the lookahead config; all 0 = plain greedy steps
-                                    // (W = 0 alone: verification-only steps)
+    int64_t step = 0;     // index (0-based, after prefill) of the first step that runs it
+    int window_size = 0;  // W, N, G of the lookahead config; all 0 = plain greedy steps
+                          // (W = 0 alone: verification-only steps)
     int ngram_size = 0;
     int verification_set_size = 0;
-    std::string reason;             // "plan": the model's choice; "fallback": lookahead ran slower
-                                    // than greedy; "probe": lookahead tried again after a fallback
-    double expected_tokens = 1.0;   // the model's tokens per step for it, when chosen
-    double predicted_speedup = 1.0; // its predicted tokens/s over greedy's, when chosen
-    double judged_speedup = 0.0;    // when a judgement ended the lookahead run before this one:
-                                    // that run's measured tokens/s over greedy's; 0 otherwise
-                                    // (the first plan, a probe after greedy steps)
-    double greedy_step_s = 0.0;     // the greedy seconds per step that judgement compared with
+    std::string reason;              // "plan": the model's choice; "fallback": lookahead ran slower
+                                     // than greedy; "probe": lookahead tried again after a fallback
+    double expected_tokens = 1.0;    // the model's tokens per step for it, when chosen
+    double predicted_speedup = 1.0;  // its predicted tokens/s over greedy's, when chosen
+    double judged_speedup = 0.0;     // when a judgement ended the lookahead run before this one:
+                                     // that run's measured tokens/s over greedy's; 0 otherwise
+                                     // (the first plan, a probe after greedy steps)
+    double greedy_step_s = 0.0;      // the greedy seconds per step that judgement compared with
 
     bool greedy() const { return ngram_size == 0; }
     // "greedy" or "W,N,G".
@@ -83,8 +83,10 @@ struct GenerationStats {
     // index 0 unused. Its size is N + 1 (2 for greedy; for automatic lookahead, the largest N it
     // may choose + 1).
     std::vector<int64_t> accept_histogram;
-    int64_t accepted_from_prompt = 0;  // steps whose accepted n-gram was seeded from prompt/accepted text
-    int64_t accepted_from_window = 0;  // steps whose accepted n-gram was harvested from the Jacobi window
+    int64_t accepted_from_prompt =
+        0;  // steps whose accepted n-gram was seeded from prompt/accepted text
+    int64_t accepted_from_window =
+        0;  // steps whose accepted n-gram was harvested from the Jacobi window
     // Accepted draft tokens (the bonus tokens not counted) by the source that proposed them:
     // [0] history n-grams of the pool (seeded from the prompt and the output), [1] Jacobi-window
     // n-grams, [2] suffix lookup, [3] token recycling (draft_source_names() order).

@@ -12,10 +12,12 @@ namespace pylookahead {
 namespace {
 
 // Metadata value types of the format.
+// clang-format off
 enum : uint32_t {
     kU8 = 0, kI8 = 1, kU16 = 2, kI16 = 3, kU32 = 4, kI32 = 5, kF32v = 6, kBool = 7,
     kString = 8, kArray = 9, kU64 = 10, kI64 = 11, kF64 = 12,
 };
+// clang-format on
 
 constexpr uint64_t kMaxDims = 4;
 constexpr uint64_t kMaxArrayDepth = 1;  // arrays of arrays are refused
@@ -70,10 +72,17 @@ class Cursor {
 
 int64_t scalar_size(uint32_t type) {
     switch (type) {
-        case kU8: case kI8: case kBool: return 1;
-        case kU16: case kI16: return 2;
-        case kU32: case kI32: case kF32v: return 4;
-        case kU64: case kI64: case kF64: return 8;
+        case kU8:
+        case kI8:
+        case kBool: return 1;
+        case kU16:
+        case kI16: return 2;
+        case kU32:
+        case kI32:
+        case kF32v: return 4;
+        case kU64:
+        case kI64:
+        case kF64: return 8;
         default: return 0;
     }
 }
@@ -103,8 +112,14 @@ void read_scalar(Cursor& c, uint32_t type, GgufValue& v, const std::string& what
             v.i = static_cast<int64_t>(u);
             break;
         }
-        case kF32v: v.kind = GgufValue::Kind::kFloat; v.f = c.read<float>(what); break;
-        case kF64: v.kind = GgufValue::Kind::kFloat; v.f = c.read<double>(what); break;
+        case kF32v:
+            v.kind = GgufValue::Kind::kFloat;
+            v.f = c.read<float>(what);
+            break;
+        case kF64:
+            v.kind = GgufValue::Kind::kFloat;
+            v.f = c.read<double>(what);
+            break;
         default: c.fail(what + ": unknown metadata type " + std::to_string(type));
     }
 }
@@ -119,20 +134,25 @@ GgufValue read_value(Cursor& c, uint32_t type, const std::string& what, uint64_t
         v.kind = GgufValue::Kind::kArray;
         v.array_type = c.read<uint32_t>(what + " (array type)");
         const uint64_t count = c.read<uint64_t>(what + " (array count)");
-        if (count > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) c.fail(what + ": array count too large");
+        if (count > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+            c.fail(what + ": array count too large");
         v.array_count = static_cast<int64_t>(count);
         if (v.array_type == kString) {
-            for (uint64_t i = 0; i < count; ++i) c.skip(c.read<uint64_t>(what + " (string length)"), what);
+            for (uint64_t i = 0; i < count; ++i)
+                c.skip(c.read<uint64_t>(what + " (string length)"), what);
         } else if (v.array_type == kArray) {
             c.fail(what + ": nested arrays are not supported");
         } else {
             const int64_t size = scalar_size(v.array_type);
-            if (size == 0) c.fail(what + ": unknown array element type " + std::to_string(v.array_type));
+            if (size == 0)
+                c.fail(what + ": unknown array element type " + std::to_string(v.array_type));
             if (v.array_type == kF32v || v.array_type == kF64) {
-                if (count > std::numeric_limits<uint64_t>::max() / size) c.fail(what + ": array too large");
+                if (count > std::numeric_limits<uint64_t>::max() / size)
+                    c.fail(what + ": array too large");
                 c.skip(count * size, what);
             } else {
-                if (count > std::numeric_limits<uint64_t>::max() / size) c.fail(what + ": array too large");
+                if (count > std::numeric_limits<uint64_t>::max() / size)
+                    c.fail(what + ": array too large");
                 // Checked against the file's size before any allocation.
                 Cursor probe = c;
                 probe.skip(count * size, what);
@@ -171,8 +191,12 @@ const char* ggml_type_name(GgmlType type) {
 
 int64_t ggml_block_size(GgmlType type) {
     switch (type) {
-        case GgmlType::kF32: case GgmlType::kF16: case GgmlType::kBF16: return 1;
-        case GgmlType::kQ4_K: case GgmlType::kQ5_K: case GgmlType::kQ6_K: return 256;
+        case GgmlType::kF32:
+        case GgmlType::kF16:
+        case GgmlType::kBF16: return 1;
+        case GgmlType::kQ4_K:
+        case GgmlType::kQ5_K:
+        case GgmlType::kQ6_K: return 256;
         default: return 32;
     }
 }
@@ -180,7 +204,8 @@ int64_t ggml_block_size(GgmlType type) {
 int64_t ggml_block_bytes(GgmlType type) {
     switch (type) {
         case GgmlType::kF32: return 4;
-        case GgmlType::kF16: case GgmlType::kBF16: return 2;
+        case GgmlType::kF16:
+        case GgmlType::kBF16: return 2;
         case GgmlType::kQ4_0: return 18;
         case GgmlType::kQ4_1: return 20;
         case GgmlType::kQ5_0: return 22;
@@ -197,8 +222,17 @@ namespace {
 
 std::optional<GgmlType> known_type(uint32_t t) {
     switch (t) {
-        case 0: case 1: case 2: case 3: case 6: case 7: case 8: case 12: case 13: case 14: case 30:
-            return static_cast<GgmlType>(t);
+        case 0:
+        case 1:
+        case 2:
+        case 3:
+        case 6:
+        case 7:
+        case 8:
+        case 12:
+        case 13:
+        case 14:
+        case 30: return static_cast<GgmlType>(t);
         default: return std::nullopt;
     }
 }
@@ -206,7 +240,8 @@ std::optional<GgmlType> known_type(uint32_t t) {
 }  // namespace
 
 void parse_gguf(const unsigned char* bytes, size_t size, const std::string& path,
-                std::map<std::string, GgufValue>* metadata, std::map<std::string, GgufTensor>* tensors) {
+                std::map<std::string, GgufValue>* metadata,
+                std::map<std::string, GgufTensor>* tensors) {
     Cursor c(bytes, size, path);
     const uint32_t magic = c.read<uint32_t>("the magic");
     if (std::memcmp(&magic, "GGUF", 4) != 0) c.fail("not a GGUF file (bad magic)");
@@ -225,7 +260,8 @@ void parse_gguf(const unsigned char* bytes, size_t size, const std::string& path
         const std::string key = c.string("metadata key " + std::to_string(i));
         const uint32_t type = c.read<uint32_t>("the type of metadata '" + key + "'");
         GgufValue v = read_value(c, type, "metadata '" + key + "'");
-        if (!metadata->emplace(key, std::move(v)).second) c.fail("duplicate metadata key '" + key + "'");
+        if (!metadata->emplace(key, std::move(v)).second)
+            c.fail("duplicate metadata key '" + key + "'");
     }
     int64_t alignment = 32;
     if (auto it = metadata->find("general.alignment"); it != metadata->end()) {
@@ -249,7 +285,8 @@ void parse_gguf(const unsigned char* bytes, size_t size, const std::string& path
         const std::string what = "tensor '" + p.t.name + "'";
         const uint32_t dims = c.read<uint32_t>(what + " (dims)");
         if (dims == 0 || dims > kMaxDims) {
-            c.fail(what + ": " + std::to_string(dims) + " dims (expected 1 to " + std::to_string(kMaxDims) + ")");
+            c.fail(what + ": " + std::to_string(dims) + " dims (expected 1 to " +
+                   std::to_string(kMaxDims) + ")");
         }
         int64_t count = 1;
         std::vector<int64_t> ne;
@@ -274,14 +311,15 @@ void parse_gguf(const unsigned char* bytes, size_t size, const std::string& path
         // (Checked against the file's size first: the product may not fit in 64 bits.)
         const int64_t blocks = count / ggml_block_size(*t);
         if (blocks > static_cast<int64_t>(size) / ggml_block_bytes(*t)) {
-            c.fail(what + ": " + std::to_string(count) + " elements need more bytes than the file has");
+            c.fail(what + ": " + std::to_string(count) +
+                   " elements need more bytes than the file has");
         }
         p.t.nbytes = blocks * ggml_block_bytes(*t);
         p.t.shape.assign(ne.rbegin(), ne.rend());
         p.offset = c.read<uint64_t>(what + " (offset)");
         if (p.offset % static_cast<uint64_t>(alignment) != 0) {
-            c.fail(what + ": offset " + std::to_string(p.offset) + " is not a multiple of the alignment " +
-                   std::to_string(alignment));
+            c.fail(what + ": offset " + std::to_string(p.offset) +
+                   " is not a multiple of the alignment " + std::to_string(alignment));
         }
         pending.push_back(std::move(p));
     }
@@ -311,7 +349,8 @@ void parse_gguf(const unsigned char* bytes, size_t size, const std::string& path
     for (Pending& p : pending) {
         p.t.data = bytes + data_start + p.offset;
         const std::string name = p.t.name;
-        if (!tensors->emplace(name, std::move(p.t)).second) c.fail("duplicate tensor '" + name + "'");
+        if (!tensors->emplace(name, std::move(p.t)).second)
+            c.fail("duplicate tensor '" + name + "'");
     }
 }
 
@@ -337,8 +376,9 @@ float half(const unsigned char* p) {
     uint16_t h;
     std::memcpy(&h, p, 2);
     const int e = (h >> 10) & 31, m = h & 1023;
-    float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
-                     : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(static_cast<float>(m | 1024), e - 25);
+    float v = e == 0    ? std::ldexp(static_cast<float>(m), -24)
+              : e == 31 ? (m ? NAN : INFINITY)
+                        : std::ldexp(static_cast<float>(m | 1024), e - 25);
     return (h & 0x8000) ? -v : v;
 }
 
@@ -420,8 +460,10 @@ void block_q5_k(const unsigned char* b, float* y) {
         const float d1 = d * sc, m1 = dmin * mn;
         scale_min_k4(is + 1, scales, &sc, &mn);
         const float d2 = d * sc, m2 = dmin * mn;
-        for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-        for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+        for (int l = 0; l < 32; ++l)
+            *y++ = d1 * static_cast<float>((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; ++l)
+            *y++ = d2 * static_cast<float>((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
     }
 }
 

@@ -22,8 +22,17 @@ namespace pylookahead {
 // ggml tensor types this loader reads (values as in the file). Any other type is a ModelLoadError
 // naming the tensor and the type number.
 enum class GgmlType : uint32_t {
-    kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8,
-    kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kBF16 = 30,
+    kF32 = 0,
+    kF16 = 1,
+    kQ4_0 = 2,
+    kQ4_1 = 3,
+    kQ5_0 = 6,
+    kQ5_1 = 7,
+    kQ8_0 = 8,
+    kQ4_K = 12,
+    kQ5_K = 13,
+    kQ6_K = 14,
+    kBF16 = 30,
 };
 
 const char* ggml_type_name(GgmlType type);
@@ -32,7 +41,7 @@ int64_t ggml_block_bytes(GgmlType type);  // bytes per block
 
 struct GgufTensor {
     std::string name;
-    std::string file;                     // path of the file that holds it (for messages)
+    std::string file;  // path of the file that holds it (for messages)
     GgmlType type = GgmlType::kF32;
     std::vector<int64_t> shape;           // outermost first (the reverse of the file's ne[])
     const unsigned char* data = nullptr;  // into the mapped file
@@ -74,7 +83,8 @@ class GgufFile {
 
 // Parses a GGUF image held in memory (for tests); `path` names it in errors.
 void parse_gguf(const unsigned char* bytes, size_t size, const std::string& path,
-                std::map<std::string, GgufValue>* metadata, std::map<std::string, GgufTensor>* tensors);
+                std::map<std::string, GgufValue>* metadata,
+                std::map<std::string, GgufTensor>* tensors);
 
 // Dequantizes `count` consecutive elements (a whole number of blocks) of type `type` at `src`
 // into fp32, as ggml defines each format.

@@ -13,20 +13,23 @@ namespace {
 
 using json = nlohmann::json;
 
-const GgufValue* find_kind(const GgufFile& f, const std::string& key, GgufValue::Kind kind, bool required) {
+const GgufValue* find_kind(const GgufFile& f, const std::string& key, GgufValue::Kind kind,
+                           bool required) {
     const GgufValue* v = f.value(key);
     if (!v) {
         if (required) throw ModelLoadError(f.path() + ": missing required metadata '" + key + "'");
         return nullptr;
     }
-    if (v->kind != kind) throw ModelLoadError(f.path() + ": metadata '" + key + "' has the wrong type");
+    if (v->kind != kind)
+        throw ModelLoadError(f.path() + ": metadata '" + key + "' has the wrong type");
     return v;
 }
 
 }  // namespace
 
 ModelConfig gguf_model_config(const GgufFile& f) {
-    const std::string arch = find_kind(f, "general.architecture", GgufValue::Kind::kString, true)->s;
+    const std::string arch =
+        find_kind(f, "general.architecture", GgufValue::Kind::kString, true)->s;
     json cfg;
     if (arch == "llama") {
         cfg["architectures"] = {"LlamaForCausalLM"};
@@ -34,10 +37,12 @@ ModelConfig gguf_model_config(const GgufFile& f) {
         cfg["architectures"] = {"Qwen2ForCausalLM"};
         cfg["use_sliding_window"] = false;
     } else {
-        throw ModelLoadError(f.path() + ": unsupported GGUF architecture '" + arch + "' (supported: llama, qwen2)");
+        throw ModelLoadError(f.path() + ": unsupported GGUF architecture '" + arch +
+                             "' (supported: llama, qwen2)");
     }
     auto int_key = [&](const char* suffix, const char* hf_key, bool required) {
-        if (const GgufValue* v = find_kind(f, arch + "." + suffix, GgufValue::Kind::kInt, required)) {
+        if (const GgufValue* v =
+                find_kind(f, arch + "." + suffix, GgufValue::Kind::kInt, required)) {
             cfg[hf_key] = v->i;
         }
     };
@@ -48,28 +53,36 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     int_key("attention.head_count_kv", "num_key_value_heads", false);
     int_key("attention.key_length", "head_dim", false);
     int_key("context_length", "max_position_embeddings", false);
-    if (!cfg.contains("num_key_value_heads")) cfg["num_key_value_heads"] = cfg["num_attention_heads"];
-    if (const GgufValue* v = find_kind(f, arch + ".rope.freq_base", GgufValue::Kind::kFloat, false)) {
+    if (!cfg.contains("num_key_value_heads"))
+        cfg["num_key_value_heads"] = cfg["num_attention_heads"];
+    if (const GgufValue* v =
+            find_kind(f, arch + ".rope.freq_base", GgufValue::Kind::kFloat, false)) {
         cfg["rope_theta"] = v->f;
     }
-    if (const GgufValue* v = find_kind(f, arch + ".attention.layer_norm_rms_epsilon", GgufValue::Kind::kFloat, false)) {
+    if (const GgufValue* v = find_kind(f, arch + ".attention.layer_norm_rms_epsilon",
+                                       GgufValue::Kind::kFloat, false)) {
         cfg["rms_norm_eps"] = v->f;
     }
-    if (const GgufValue* v = find_kind(f, arch + ".rope.scaling.type", GgufValue::Kind::kString, false)) {
+    if (const GgufValue* v =
+            find_kind(f, arch + ".rope.scaling.type", GgufValue::Kind::kString, false)) {
         if (v->s != "none") {
             json scaling = {{"rope_type", v->s}};
-            if (const GgufValue* fa = find_kind(f, arch + ".rope.scaling.factor", GgufValue::Kind::kFloat, false)) {
+            if (const GgufValue* fa =
+                    find_kind(f, arch + ".rope.scaling.factor", GgufValue::Kind::kFloat, false)) {
                 scaling["factor"] = fa->f;
             }
             cfg["rope_scaling"] = scaling;
         }
     }
     if (f.find("rope_freqs.weight")) {
-        throw ModelLoadError(f.path() + ": tensor 'rope_freqs.weight' (llama3 rope scaling) is not supported in GGUF files");
+        throw ModelLoadError(
+            f.path() +
+            ": tensor 'rope_freqs.weight' (llama3 rope scaling) is not supported in GGUF files");
     }
     const GgufTensor* embed = f.find("token_embd.weight");
     if (!embed || embed->shape.size() != 2) {
-        throw ModelLoadError(f.path() + ": missing tensor 'token_embd.weight' (a 2-D [vocab, hidden] embedding)");
+        throw ModelLoadError(
+            f.path() + ": missing tensor 'token_embd.weight' (a 2-D [vocab, hidden] embedding)");
     }
     cfg["vocab_size"] = embed->shape[0];
     cfg["tie_word_embeddings"] = f.find("output.weight") == nullptr;

@@ -15,7 +15,7 @@ namespace pylookahead {
 
 MmapFile::MmapFile(const std::string& path) : path_(path) {
     const int fd = *open_regular_file(path, FileError::kLoad, /*missing_ok=*/false);
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0) {
         ::close(fd);
         throw ModelLoadError(path + ": cannot stat file (" + std::strerror(errno) + ")");

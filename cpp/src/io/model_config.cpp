@@ -27,9 +27,10 @@ json parse_json(const std::string& text, const std::string& source) {
 // A JSON integer in [0, INT32_MAX] (larger values are refused, never narrowed).
 int checked_int(const json& v, const char* key, const std::string& src) {
     constexpr uint64_t kMax = static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
-    if (!v.is_number_integer() || (v.is_number_unsigned() ? v.get<uint64_t>() > kMax
-                                                          : (v.get<int64_t>() < 0 ||
-                                                             static_cast<uint64_t>(v.get<int64_t>()) > kMax))) {
+    if (!v.is_number_integer() ||
+        (v.is_number_unsigned()
+             ? v.get<uint64_t>() > kMax
+             : (v.get<int64_t>() < 0 || static_cast<uint64_t>(v.get<int64_t>()) > kMax))) {
         throw ModelLoadError(src + ": key '" + key + "' must be an integer in [0, " +
                              std::to_string(kMax) + "] (found " + v.dump() + ")");
     }
@@ -136,8 +137,9 @@ ModelConfig parse_model_config(const std::string& config_json, const std::string
     const bool qwen2 = mc.architecture == "Qwen2ForCausalLM";
     const bool mistral = mc.architecture == "MistralForCausalLM";
     if (!llama && !qwen2 && !mistral) {
-        throw ModelLoadError(src + ": unsupported architecture '" + mc.architecture +
-                             "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)");
+        throw ModelLoadError(
+            src + ": unsupported architecture '" + mc.architecture +
+            "' (supported: LlamaForCausalLM, Qwen2ForCausalLM, MistralForCausalLM)");
     }
 
     mc.vocab_size = get_int(cfg, "vocab_size", src, true);

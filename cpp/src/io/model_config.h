@@ -28,11 +28,11 @@ struct ModelConfig {
     int num_hidden_layers = 0;
     int num_attention_heads = 0;
     int num_key_value_heads = 0;
-    int head_dim = 0;                    // defaults to hidden_size / num_attention_heads
+    int head_dim = 0;  // defaults to hidden_size / num_attention_heads
     int max_position_embeddings = 0;
-    int sliding_window = 0;              // 0 = none (full attention)
+    int sliding_window = 0;  // 0 = none (full attention)
     double rms_norm_eps = 1e-6;
-    double rope_theta = 10000.0;         // top-level (transformers 4) or rope_parameters (5)
+    double rope_theta = 10000.0;  // top-level (transformers 4) or rope_parameters (5)
     RopeScaling rope_scaling;
     bool tie_word_embeddings = false;
     bool attention_bias = false;         // q/k/v projections carry a bias (always for Qwen2)

@@ -29,10 +29,11 @@ std::optional<int> open_regular_file(const std::string& path, FileError kind, bo
     if (fd < 0) {
         const int err = errno;
         if (err == ENOENT && missing_ok) return std::nullopt;
-        fail(kind, path + (err == ENOENT ? ": missing file" : ": cannot open file (" +
-                                                                  std::string(std::strerror(err)) + ")"));
+        fail(kind, path + (err == ENOENT
+                               ? ": missing file"
+                               : ": cannot open file (" + std::string(std::strerror(err)) + ")"));
     }
-    struct stat st {};
+    struct stat st{};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         ::close(fd);
         fail(kind, path + ": not a regular file");
@@ -67,17 +68,19 @@ std::optional<std::string> read_regular_file(const std::string& path, FileError 
 void replace_regular_file(const std::string& path, const std::string& data, const char* field) {
     const std::string name(field);
     std::string target = path;
-    struct stat st {};
+    struct stat st{};
     if (::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
         char* resolved = ::realpath(path.c_str(), nullptr);
         if (resolved == nullptr) {
-            throw ConfigError(name + ": '" + path + "' is a symlink to a missing file or directory");
+            throw ConfigError(name + ": '" + path +
+                              "' is a symlink to a missing file or directory");
         }
         target = resolved;
         std::free(resolved);
     }
     if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-        throw ConfigError(name + ": '" + path + "' exists and is not a regular file (refusing to replace it)");
+        throw ConfigError(name + ": '" + path +
+                          "' exists and is not a regular file (refusing to replace it)");
     }
     const std::string tmp = target + ".tmp";
     {

@@ -1,10 +1,10 @@
 #include "io/safetensors.h"
 
+#include <sys/stat.h>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sys/stat.h>
 
 #include "io/regular_file.h"
 #include "pylookahead/errors.h"
@@ -46,7 +46,7 @@ StoredDType parse_dtype(const std::string& s, const std::string& path, const std
 
 // Something is at `path` (a file of any type: opening it refuses all but regular files).
 bool path_exists(const std::string& path) {
-    struct stat st {};
+    struct stat st{};
     return ::stat(path.c_str(), &st) == 0;
 }
 
@@ -131,8 +131,7 @@ std::vector<TensorInfo> parse_safetensors(const unsigned char* bytes, size_t siz
     return out;
 }
 
-SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& model_dir)
-    : model_dir_(model_dir) {
+SafetensorsCheckpoint::SafetensorsCheckpoint(const std::string& model_dir) : model_dir_(model_dir) {
     const std::string single = model_dir + "/model.safetensors";
     const std::string index = model_dir + "/model.safetensors.index.json";
     // For each file, the tensors the index says it holds (empty set = no index).

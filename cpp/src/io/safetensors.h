@@ -29,7 +29,7 @@ struct TensorInfo {
     std::vector<int64_t> shape;
     const unsigned char* data = nullptr;  // points into the mapped file
     size_t nbytes = 0;
-    std::string file;                     // path of the file that holds it
+    std::string file;  // path of the file that holds it
 };
 
 // Parses a safetensors header held in memory (`bytes`, the whole file). Throws ModelLoadError

@@ -49,7 +49,8 @@ std::vector<Feature> features_of(CpuIsa isa) {
 #endif
 }
 
-constexpr CpuIsa kLevels[] = {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Bf16};
+constexpr CpuIsa kLevels[] = {CpuIsa::kGeneric, CpuIsa::kAvx2, CpuIsa::kAvx512,
+                              CpuIsa::kAvx512Bf16};
 
 CpuIsa detect() {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -73,8 +74,8 @@ CpuIsa read_cap() {
     for (CpuIsa level : kLevels) {
         if (s == cpu_isa_name(level)) return level;
     }
-    throw ConfigError(std::string(kEnvVar) + " must be one of generic, avx2, avx512, avx512bf16 (got '" +
-                      s + "')");
+    throw ConfigError(std::string(kEnvVar) +
+                      " must be one of generic, avx2, avx512, avx512bf16 (got '" + s + "')");
 }
 
 struct State {

@@ -4,8 +4,8 @@
 //   PYLOOKAHEAD_CPU_ISA=avx512bf16|avx512|avx2|generic   caps the level (never raises it)
 //
 // The cap lets a machine with AVX-512 prove the AVX2 and generic paths (CI runs the exactness
-// tests under PYLOOKAHEAD_CPU_ISA=avx2 beside ONEDNN_MAX_CPU_ISA=AVX2 and ATEN_CPU_CAPABILITY=avx2).
-// Levels are ordered: each one includes the ones below it.
+// tests under PYLOOKAHEAD_CPU_ISA=avx2 beside ONEDNN_MAX_CPU_ISA=AVX2 and
+// ATEN_CPU_CAPABILITY=avx2). Levels are ordered: each one includes the ones below it.
 #pragma once
 
 #include <string>
@@ -13,7 +13,8 @@
 namespace pylookahead {
 
 enum class CpuIsa {
-    kGeneric = 0,     // no SIMD assumption beyond the compiler's baseline (SSE2 on x86-64, NEON on aarch64)
+    kGeneric =
+        0,  // no SIMD assumption beyond the compiler's baseline (SSE2 on x86-64, NEON on aarch64)
     kAvx2 = 1,        // x86-64-v3: AVX2, FMA, F16C (BMI1/2, ...)
     kAvx512 = 2,      // x86-64-v4: AVX512F, BW, CD, DQ, VL
     kAvx512Bf16 = 3,  // x86-64-v4 + AVX512-BF16

@@ -112,7 +112,8 @@ PYLA_TILE_TARGET inline __attribute__((always_inline)) V madd(V acc, V x, V w) {
     return (V)_mm256_fmadd_ps((__m256)x, (__m256)w, (__m256)acc);
 }
 template <WeightFormat F>
-PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_w(const unsigned char* base, int64_t i) {
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_w(const unsigned char* base,
+                                                                int64_t i) {
     if constexpr (F == WeightFormat::kF32) {
         return (V)_mm256_loadu_ps(reinterpret_cast<const float*>(base) + i);
     } else if constexpr (F == WeightFormat::kF16) {
@@ -125,9 +126,11 @@ PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_scales(const unsig
     return (V)_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_q8(const unsigned char* p) {
-    return (V)_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    return (V)_mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
 }
-PYLA_TILE_TARGET inline __attribute__((always_inline)) void load_q4(const unsigned char* p, V* lo, V* hi) {
+PYLA_TILE_TARGET inline __attribute__((always_inline)) void load_q4(const unsigned char* p, V* lo,
+                                                                    V* hi) {
     const __m256i q = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     *lo = (V)_mm256_cvtepi32_ps(_mm256_and_si256(q, _mm256_set1_epi32(0xf)));
     *hi = (V)_mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
@@ -156,7 +159,8 @@ void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t
                        int64_t x_stride, int64_t k, const void* packed, int64_t b0, int64_t b1,
                        const float* bias, float* y, int64_t y_stride, int64_t n) {
     PYLA_CHECK(path == fma_linear_path(path), "fma_linear_blocks: no path " << cpu_isa_name(path));
-    PYLA_CHECK(fma_linear_reads(path, format), "fma_linear_blocks: the " << cpu_isa_name(path)
+    PYLA_CHECK(fma_linear_reads(path, format), "fma_linear_blocks: the "
+                                                   << cpu_isa_name(path)
                                                    << " path does not read fp16 weights");
     PYLA_CHECK((format != WeightFormat::kQ8 && format != WeightFormat::kQ4) || k % 32 == 0,
                "fma_linear_blocks: quantized weights need k a multiple of 32 (got " << k << ")");

@@ -26,8 +26,9 @@ uint16_t get_u16(const unsigned char* p) {
 
 void check_shape(WeightFormat format, int64_t n, int64_t k) {
     PYLA_CHECK(is_quantized(format), "not a quantized weight format");
-    PYLA_CHECK(n >= 0 && k > 0 && k % kQuantGroup == 0,
-               "quantized W [" << n << ", " << k << "]: k must be a positive multiple of " << kQuantGroup);
+    PYLA_CHECK(
+        n >= 0 && k > 0 && k % kQuantGroup == 0,
+        "quantized W [" << n << ", " << k << "]: k must be a positive multiple of " << kQuantGroup);
 }
 
 // Round to nearest, ties away from zero (std::lround's rule, on a float).
@@ -40,8 +41,8 @@ bool is_quantized(WeightFormat format) {
 }
 
 int64_t quant_group_bytes(WeightFormat format) {
-    if (format == WeightFormat::kQ8) return kLanes * 2 + kQuantGroup * kLanes;          // 272
-    if (format == WeightFormat::kQ4) return kLanes * 4 + kQuantGroup * kLanes / 2;      // 160
+    if (format == WeightFormat::kQ8) return kLanes * 2 + kQuantGroup * kLanes;      // 272
+    if (format == WeightFormat::kQ4) return kLanes * 4 + kQuantGroup * kLanes / 2;  // 160
     return 0;
 }
 
@@ -57,12 +58,12 @@ uint16_t fp16_from_float(float f) {
     const uint32_t mag = u & 0x7fffffffu;
     if (mag >= 0x7f800000u) return sign | (mag > 0x7f800000u ? 0x7e00u : 0x7c00u);  // nan, inf
     const int e = static_cast<int>(mag >> 23) - 127;  // unbiased exponent of f
-    if (e >= 16) return sign | 0x7c00u;                // beyond fp16: inf
+    if (e >= 16) return sign | 0x7c00u;               // beyond fp16: inf
     // Value = sig * 2^shift_from with sig the 24-bit significand; fp16 keeps 11 bits of it
     // (fewer when subnormal, e < -14). Round the dropped bits to nearest even.
     uint32_t sig = (mag & 0x7fffffu) | (e > -127 ? 0x800000u : 0);
     const int drop = e >= -14 ? 13 : 13 + (-14 - e);  // bits of sig below fp16's last place
-    if (drop > 24) return sign;                        // below half the smallest subnormal
+    if (drop > 24) return sign;                       // below half the smallest subnormal
     const uint32_t kept = sig >> drop, rest = sig & ((1u << drop) - 1), half = 1u << (drop - 1);
     uint32_t r = kept + (rest > half || (rest == half && (kept & 1)));
     // Normal: exponent field e + 15 over a 10-bit mantissa (a carry out of the mantissa bumps the
@@ -94,7 +95,8 @@ void quant_set_group(WeightFormat format, unsigned char* out, int64_t n, int64_t
     put_u16(rec + lane * 2, d);
     if (format == WeightFormat::kQ8) {
         unsigned char* qs = rec + kLanes * 2;
-        for (int64_t i = 0; i < kQuantGroup; ++i) qs[i * kLanes + lane] = static_cast<unsigned char>(q[i]);
+        for (int64_t i = 0; i < kQuantGroup; ++i)
+            qs[i * kLanes + lane] = static_cast<unsigned char>(q[i]);
         return;
     }
     put_u16(rec + (kLanes + lane) * 2, m);
@@ -121,7 +123,8 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
                 d16 = fp16_from_float(amax / 127.0f);
                 const float d = fp16_to_float(d16);
                 for (int64_t i = 0; i < kQuantGroup; ++i) {
-                    q[i] = static_cast<int8_t>(d == 0.0f ? 0 : std::clamp(round_int(v[i] / d), -127, 127));
+                    q[i] = static_cast<int8_t>(
+                        d == 0.0f ? 0 : std::clamp(round_int(v[i] / d), -127, 127));
                 }
             } else {
                 const auto [lo, hi] = std::minmax_element(v, v + kQuantGroup);
@@ -129,7 +132,8 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
                 m16 = fp16_from_float(*lo);
                 const float d = fp16_to_float(d16), m = fp16_to_float(m16);
                 for (int64_t i = 0; i < kQuantGroup; ++i) {
-                    q[i] = static_cast<int8_t>(d == 0.0f ? 0 : std::clamp(round_int((v[i] - m) / d), 0, 15));
+                    q[i] = static_cast<int8_t>(
+                        d == 0.0f ? 0 : std::clamp(round_int((v[i] - m) / d), 0, 15));
                 }
             }
             quant_set_group(format, out, n, k, c, g, d16, m16, q);
@@ -137,8 +141,8 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
     }
 }
 
-void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, int64_t c,
-                     int64_t group, int8_t* q, uint16_t* d, uint16_t* m) {
+void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k,
+                     int64_t c, int64_t group, int8_t* q, uint16_t* d, uint16_t* m) {
     check_shape(format, n, k);
     PYLA_CHECK(c >= 0 && c < n && group >= 0 && group < k / kQuantGroup, "quant_get_group index");
     const unsigned char* rec = packed + record_at(format, k, c / kLanes, group);
@@ -146,7 +150,8 @@ void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n
     *d = get_u16(rec + lane * 2);
     if (format == WeightFormat::kQ8) {
         *m = 0;
-        for (int64_t i = 0; i < kQuantGroup; ++i) q[i] = static_cast<int8_t>(rec[kLanes * 2 + i * kLanes + lane]);
+        for (int64_t i = 0; i < kQuantGroup; ++i)
+            q[i] = static_cast<int8_t>(rec[kLanes * 2 + i * kLanes + lane]);
         return;
     }
     *m = get_u16(rec + (kLanes + lane) * 2);
@@ -156,7 +161,8 @@ void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n
     }
 }
 
-void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, float* w) {
+void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k,
+                  float* w) {
     int8_t q[kQuantGroup];
     uint16_t d16, m16;
     for (int64_t c = 0; c < n; ++c) {

@@ -13,7 +13,8 @@
 //   block b, group g at byte (b * k / 32 + g) * quant_group_bytes(format):
 //     kQ8: fp16 d[8], int8 q[32][8]                 (q[i][l]: input 32 g + i of column 8 b + l)
 //     kQ4: fp16 d[8], fp16 m[8], uint8 q[16][8]     (q[j][l]: inputs 32 g + j in the low nibble,
-//                                                    32 g + j + 16 in the high one, of column 8 b + l)
+//                                                    32 g + j + 16 in the high one, of column 8 b +
+//                                                    l)
 // Columns past n are zero (d = m = 0).
 #pragma once
 
@@ -48,8 +49,8 @@ void quant_set_group(WeightFormat format, unsigned char* out, int64_t n, int64_t
 
 // Reads back one group of column `c`: q[32] (kQ8 int8, kQ4 0..15), d and m as fp16 bits (m = 0
 // for kQ8).
-void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, int64_t c,
-                     int64_t group, int8_t* q, uint16_t* d, uint16_t* m);
+void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k,
+                     int64_t c, int64_t group, int8_t* q, uint16_t* d, uint16_t* m);
 
 // The dequantized W [n, k] fp32 of a packed one (kQ4: q * d + m rounded once).
 void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k, float* w);

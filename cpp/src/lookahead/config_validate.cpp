@@ -52,10 +52,11 @@ void LookaheadConfig::validate() const {
     check_range("recycle_top_k", recycle_top_k, 0, kMaxBranches);
     if (!tree()) {
         if (suffix_branches > 0 || recycle_top_k > 0) {
-            throw ConfigError(std::string(suffix_branches > 0 ? "suffix_branches" : "recycle_top_k") +
-                              " needs tree_rows >= 1 (got " +
-                              std::to_string(suffix_branches > 0 ? suffix_branches : recycle_top_k) +
-                              " with tree_rows 0): only the draft tree verifies those proposals");
+            throw ConfigError(
+                std::string(suffix_branches > 0 ? "suffix_branches" : "recycle_top_k") +
+                " needs tree_rows >= 1 (got " +
+                std::to_string(suffix_branches > 0 ? suffix_branches : recycle_top_k) +
+                " with tree_rows 0): only the draft tree verifies those proposals");
         }
         if (window_size == 0 && verification_set_size == 0) {
             throw ConfigError(
@@ -68,17 +69,17 @@ void LookaheadConfig::validate() const {
                           "recycle_top_k >= 1 (got all 0)");
     }
     if (tokens_per_step() > kMaxTokensPerStep) {
-        throw ConfigError(std::string("tokens per step ") +
-                          (tree() ? "window rows + tree_rows"
-                           : window_size == 0 ? "1 + verification_set_size * (ngram_size - 1)"
-                                              : "(window_size + verification_set_size) * "
-                                                "(ngram_size - 1)") +
-                          " must be <= " + std::to_string(kMaxTokensPerStep) + " (got " +
-                          std::to_string(tokens_per_step()) + " for window_size " +
-                          std::to_string(window_size) + ", ngram_size " +
-                          std::to_string(ngram_size) + ", verification_set_size " +
-                          std::to_string(verification_set_size) +
-                          (tree() ? ", tree_rows " + std::to_string(tree_rows) : std::string()) + ")");
+        throw ConfigError(
+            std::string("tokens per step ") +
+            (tree()             ? "window rows + tree_rows"
+             : window_size == 0 ? "1 + verification_set_size * (ngram_size - 1)"
+                                : "(window_size + verification_set_size) * "
+                                  "(ngram_size - 1)") +
+            " must be <= " + std::to_string(kMaxTokensPerStep) + " (got " +
+            std::to_string(tokens_per_step()) + " for window_size " + std::to_string(window_size) +
+            ", ngram_size " + std::to_string(ngram_size) + ", verification_set_size " +
+            std::to_string(verification_set_size) +
+            (tree() ? ", tree_rows " + std::to_string(tree_rows) : std::string()) + ")");
     }
 }
 
@@ -105,8 +106,7 @@ void GenerationConfig::validate() const {
         }
     }
     if (!(temperature >= 0.0) || !std::isfinite(temperature)) {
-        throw ConfigError("temperature must be finite and >= 0 (got " + number(temperature) +
-                          ")");
+        throw ConfigError("temperature must be finite and >= 0 (got " + number(temperature) + ")");
     }
     if (top_k < 0) {
         throw ConfigError("top_k must be >= 0 (got " + std::to_string(top_k) + ")");

@@ -19,7 +19,8 @@ double steady_seconds() {
 }
 
 bool same_config(const std::optional<LookaheadConfig>& a, const std::optional<LookaheadConfig>& b) {
-    return same_shape(a, b) && (!a || (a->seed == b->seed && a->seed_from_prompt == b->seed_from_prompt));
+    return same_shape(a, b) &&
+           (!a || (a->seed == b->seed && a->seed_from_prompt == b->seed_from_prompt));
 }
 
 bool valid(const LookaheadConfig& config) {
@@ -38,8 +39,9 @@ void check_request(const DecodeRequest& request) {
     PYLA_CHECK(request.max_new_tokens >= 1, "max_new_tokens " << request.max_new_tokens);
     PYLA_CHECK(!request.lookahead || valid(*request.lookahead), "invalid LookaheadConfig");
     PYLA_CHECK(!(request.lookahead && request.policy), "both a LookaheadConfig and a policy");
-    PYLA_CHECK(request.reuse_rows >= 0 && request.reuse_rows < static_cast<int64_t>(request.prompt.size()),
-               "reuse_rows " << request.reuse_rows << " for a prompt of " << request.prompt.size());
+    PYLA_CHECK(
+        request.reuse_rows >= 0 && request.reuse_rows < static_cast<int64_t>(request.prompt.size()),
+        "reuse_rows " << request.reuse_rows << " for a prompt of " << request.prompt.size());
 }
 
 // Appends emitted tokens to the result, cutting at the first end id or at max_new_tokens.
@@ -90,7 +92,8 @@ class DecodeRun {
           now_(request.clock ? request.clock : steady_seconds),
           emitter_(request, &result_),
           keep_pool_(request.keep_pool) {
-        PYLA_CHECK(!(policy_ && request.lookahead), "both a lookahead config and an automatic policy");
+        PYLA_CHECK(!(policy_ && request.lookahead),
+                   "both a lookahead config and an automatic policy");
         if (request.sampling.temperature > 0.0) sampler_.emplace(request.sampling);
     }
     ~DecodeRun() {
@@ -100,8 +103,9 @@ class DecodeRun {
     GenerationResult run() {
         check_capacity();
         GenerationStats& stats = result_.stats;
-        const int max_n = policy_ ? policy_->max_step_tokens()  // most tokens one step emits
-                                  : (request_.lookahead ? request_.lookahead->max_step_tokens() : 1);
+        const int max_n = policy_
+                              ? policy_->max_step_tokens()  // most tokens one step emits
+                              : (request_.lookahead ? request_.lookahead->max_step_tokens() : 1);
         stats.accept_histogram.assign(max_n + 1, 0);
         TokenId x = prefill();
         if (request_.lookahead && !emitter_.stopped()) {
@@ -111,7 +115,8 @@ class DecodeRun {
         while (!emitter_.stopped()) {
             const double step_start = now_();
             if (policy_) follow_policy(x);
-            const int32_t p = static_cast<int32_t>(request_.prompt.size() + result_.token_ids.size() - 1);
+            const int32_t p =
+                static_cast<int32_t>(request_.prompt.size() + result_.token_ids.size() - 1);
             PYLA_CHECK(model_.kv_len() == p, "kv_len " << model_.kv_len() << " != position " << p);
             StepReport report;
             report.step = stats.steps;
@@ -137,19 +142,22 @@ class DecodeRun {
 
     // The prompt, max_new_tokens and the widest step must fit the cache.
     void check_capacity() {
-        tokens_per_step_ = policy_ ? std::max(1, policy_->max_tokens_per_step())
-                                   : (request_.lookahead ? request_.lookahead->tokens_per_step() : 1);
-        const int64_t needed =
-            static_cast<int64_t>(request_.prompt.size()) + request_.max_new_tokens + tokens_per_step_;
+        tokens_per_step_ = policy_
+                               ? std::max(1, policy_->max_tokens_per_step())
+                               : (request_.lookahead ? request_.lookahead->tokens_per_step() : 1);
+        const int64_t needed = static_cast<int64_t>(request_.prompt.size()) +
+                               request_.max_new_tokens + tokens_per_step_;
         PYLA_CHECK(needed <= model_.kv_capacity(),
-                   "prompt + max_new_tokens + tokens per step = " << needed << " > kv_capacity " << model_.kv_capacity());
+                   "prompt + max_new_tokens + tokens per step = " << needed << " > kv_capacity "
+                                                                  << model_.kv_capacity());
     }
 
     // The prompt after the reused rows, causal; its last row gives the first new token.
     TokenId prefill() {
         GenerationStats& stats = result_.stats;
         const int reused = request_.reuse_rows;
-        PYLA_CHECK(reused <= model_.kv_len(), "reuse_rows " << reused << " > kv_len " << model_.kv_len());
+        PYLA_CHECK(reused <= model_.kv_len(),
+                   "reuse_rows " << reused << " > kv_len " << model_.kv_len());
         model_.truncate(reused);
         const int64_t prompt_len = static_cast<int64_t>(request_.prompt.size());
         stats.reused_tokens = reused;
@@ -175,7 +183,8 @@ class DecodeRun {
     }
 
     // A lookahead run of `config` from `history` (the text before x).
-    void start_lookahead(const LookaheadConfig& config, const std::vector<TokenId>& history, TokenId x) {
+    void start_lookahead(const LookaheadConfig& config, const std::vector<TokenId>& history,
+                         TokenId x) {
         running_ = config;
         const bool fixed = model_.prefers_fixed_shapes();
         algo_.emplace(config, request_.pool, fixed);
@@ -200,7 +209,8 @@ class DecodeRun {
         if (!want) return;
         PYLA_CHECK(want->tokens_per_step() <= tokens_per_step_,
                    "policy asked for " << want->tokens_per_step()
-                                       << " tokens per step, above its maximum " << tokens_per_step_);
+                                       << " tokens per step, above its maximum "
+                                       << tokens_per_step_);
         history_.assign(request_.prompt.begin(), request_.prompt.end());
         history_.insert(history_.end(), result_.token_ids.begin(), result_.token_ids.end() - 1);
         start_lookahead(*want, history_, x);
@@ -214,11 +224,11 @@ class DecodeRun {
         for (int i = 0; i < t; ++i) positions_[i] = p + plan.offsets[i];
         model_.forward_step(plan.tokens, positions_, plan.mask.data(), plan.out_rows,
                             plan.exact_rows, &argmax_, sampler());
-        const StepOutcome outcome =
-            algo_->update(argmax_, successors_k_ > 0 ? &model_.successors() : nullptr, successors_k_);
+        const StepOutcome outcome = algo_->update(
+            argmax_, successors_k_ > 0 ? &model_.successors() : nullptr, successors_k_);
         const int kept = emit(outcome.emitted);
-        model_.commit(std::vector<int32_t>(outcome.commit_rows.begin(),
-                                           outcome.commit_rows.begin() + kept));
+        model_.commit(
+            std::vector<int32_t>(outcome.commit_rows.begin(), outcome.commit_rows.begin() + kept));
         // Credit only the kept tokens' sources (a stop may cut an accepted path).
         for (int i = 0; i < std::min(kept, outcome.num_accepted); ++i) {
             const TreeNode& v = plan.nodes[outcome.commit_rows[i + 1] - plan.tree_begin];
@@ -301,12 +311,13 @@ class DecodeRun {
     int successors_k_ = 0;                    // what the model provides (token recycling)
     std::vector<TokenId> argmax_;
     std::vector<int32_t> positions_;
-    std::vector<TokenId> history_;            // auto: prompt + emitted but the last, on a switch
+    std::vector<TokenId> history_;  // auto: prompt + emitted but the last, on a switch
 };
 
 }  // namespace
 
-GenerationResult run_decode(StepModel& model, const DecodeRequest& request, const OnTokens& on_tokens) {
+GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
+                            const OnTokens& on_tokens) {
     check_request(request);
     return DecodeRun(model, request, on_tokens).run();
 }
@@ -352,7 +363,8 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
     for (const Point& pt : points) {
         if (pt.tokens > max_tokens || context + pt.tokens > capacity) break;
         if (pt.tokens > 64) {  // table holds 1 .. 64 here, in order
-            if (table.size() < 6 || table[5].seconds >= options.extend_below * table[0].seconds) break;
+            if (table.size() < 6 || table[5].seconds >= options.extend_below * table[0].seconds)
+                break;
         }
         StepLayout layout;
         if (pt.tokens > 1) {

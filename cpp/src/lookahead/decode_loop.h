@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "lookahead/auto/controller.h"
-#include "lookahead/shared_pool.h"
 #include "lookahead/sampler.h"
+#include "lookahead/shared_pool.h"
 #include "pylookahead/config.h"
 #include "pylookahead/types.h"
 
@@ -42,8 +42,8 @@ class StepModel {
     virtual void forward_step(const std::vector<TokenId>& tokens,
                               const std::vector<int32_t>& positions, const uint8_t* mask,
                               const std::vector<int32_t>& out_rows,
-                              const std::vector<int32_t>& exact_rows,
-                              std::vector<TokenId>* argmax, TokenSampler* sampler) = 0;
+                              const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                              TokenSampler* sampler) = 0;
 
     // Keeps step rows src_rows[0..n) (ascending, src_rows[i] >= i) as committed rows
     // kv_len .. kv_len+n-1, in that order, and drops the other step rows. kv_len += n.
@@ -77,10 +77,10 @@ class StepModel {
 
 // Inputs of one generation.
 struct DecodeRequest {
-    std::vector<TokenId> prompt;                 // non-empty
-    int max_new_tokens = 128;                    // >= 1
-    std::vector<TokenId> end_ids;                // generation stops after emitting any of these
-    std::optional<LookaheadConfig> lookahead;    // nullopt = plain greedy (T = 1 per step)
+    std::vector<TokenId> prompt;               // non-empty
+    int max_new_tokens = 128;                  // >= 1
+    std::vector<TokenId> end_ids;              // generation stops after emitting any of these
+    std::optional<LookaheadConfig> lookahead;  // nullopt = plain greedy (T = 1 per step)
     // Token choice: argmax, or sampling (GenerationConfig's temperature, top_k, top_p, seed).
     GenerationConfig sampling;
     // Committed rows of the model's cache that hold prompt[0..reuse_rows) and are kept (the
@@ -113,15 +113,16 @@ struct DecodeRequest {
 // (an empty prompt, a negative id, max_new_tokens < 1, an invalid LookaheadConfig, both a
 // LookaheadConfig and a policy, or prompt + max_new_tokens + one step's tokens > kv_capacity())
 // throws InternalError. A callback's bad StreamControl is a ConfigError.
-GenerationResult run_decode(StepModel& model, const DecodeRequest& request,
-                            const std::function<StreamControl(const std::vector<TokenId>&)>& on_tokens);
+GenerationResult run_decode(
+    StepModel& model, const DecodeRequest& request,
+    const std::function<StreamControl(const std::vector<TokenId>&)>& on_tokens);
 
 // Options of calibrate_step_costs.
 struct CalibrationOptions {
-    int vocab_size = 2;        // dummy token ids are drawn from [0, vocab_size)
-    int context_rows = 128;    // cached rows the timed steps attend to (at most half the cache)
-    int repetitions = 3;       // timed runs per point (after one untimed warm-up); the median is kept
-    int max_tokens = 256;      // largest T timed
+    int vocab_size = 2;      // dummy token ids are drawn from [0, vocab_size)
+    int context_rows = 128;  // cached rows the timed steps attend to (at most half the cache)
+    int repetitions = 3;     // timed runs per point (after one untimed warm-up); the median is kept
+    int max_tokens = 256;    // largest T timed
     // Points beyond 64 tokens are timed only while a step of 64 costs less than this many greedy
     // steps (a device where wide steps are nearly free: more room for lookahead).
     double extend_below = 2.5;

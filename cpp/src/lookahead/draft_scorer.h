@@ -28,7 +28,9 @@ class DraftScorer {
     // bucket's offers reach kMaxOffered, so the rates follow the text.
     void record(const std::vector<TreeNode>& nodes, const std::vector<uint8_t>& accepted);
     // Offers and acceptances recorded for a bucket (tests, statistics).
-    double offered(DraftSource source, int depth, int rank) const { return at(source, depth, rank).offered; }
+    double offered(DraftSource source, int depth, int rank) const {
+        return at(source, depth, rank).offered;
+    }
 
     static constexpr double kPriorWeight = 2.0;
     static constexpr double kMaxOffered = 256.0;

@@ -16,10 +16,10 @@ namespace pylookahead {
 
 // What a source knows when it proposes.
 struct DraftContext {
-    TokenId x = 0;                       // the step's input token (the last emitted one)
-    const TokenId* recent = nullptr;     // [NgramPool::kContextLen] tokens before x, oldest first
-    int budget = 0;                      // nodes the tree keeps: proposing more is wasted work
-    const DraftScorer* scorer = nullptr; // rates of the proposals' scores
+    TokenId x = 0;                        // the step's input token (the last emitted one)
+    const TokenId* recent = nullptr;      // [NgramPool::kContextLen] tokens before x, oldest first
+    int budget = 0;                       // nodes the tree keeps: proposing more is wasted work
+    const DraftScorer* scorer = nullptr;  // rates of the proposals' scores
 };
 
 // A verified step's model outputs, for sources that learn from them.

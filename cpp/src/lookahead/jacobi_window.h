@@ -38,7 +38,7 @@ class JacobiWindow {
   private:
     int window_size_;
     int ngram_size_;
-    std::vector<TokenId> cells_;  // [(N - 1) * W]
+    std::vector<TokenId> cells_;          // [(N - 1) * W]
     mutable std::vector<TokenId> ngram_;  // [N - 1] scratch of harvest()
 };
 

@@ -32,9 +32,9 @@
 #include "lookahead/auto/step_cost_model.h"
 #include "lookahead/draft_scorer.h"
 #include "lookahead/jacobi_window.h"
-#include "lookahead/shared_pool.h"
 #include "lookahead/pool_drafter.h"
 #include "lookahead/recycle_drafter.h"
+#include "lookahead/shared_pool.h"
 #include "lookahead/step_layout.h"
 #include "lookahead/step_plan.h"
 #include "lookahead/suffix_drafter.h"
@@ -46,8 +46,8 @@ namespace pylookahead {
 
 // What one step produced.
 struct StepOutcome {
-    std::vector<TokenId> emitted;      // [m + 1] accepted draft tokens, then the bonus token
-    int num_accepted = 0;              // m
+    std::vector<TokenId> emitted;  // [m + 1] accepted draft tokens, then the bonus token
+    int num_accepted = 0;          // m
     // [m + 1] step rows to commit, ascending: x, then the accepted path's rows. If the caller
     // keeps only the first e emitted tokens, it commits the first e rows.
     std::vector<int32_t> commit_rows;
@@ -107,15 +107,15 @@ class LookaheadAlgorithm {
 
     LookaheadConfig config_;
     StepBudget budget_;
-    StepLayout window_layout_;                    // the window alone (rows [0, verify_begin))
+    StepLayout window_layout_;  // the window alone (rows [0, verify_begin))
     bool fixed_shapes_;
-    std::shared_ptr<SharedPool> shared_;          // never null
+    std::shared_ptr<SharedPool> shared_;  // never null
     JacobiWindow window_;
-    std::vector<TokenId> history_;                // prompt + emitted tokens (only with seeding)
-    std::vector<TokenId> recent_;                 // [kContextLen + 1] last tokens, x last
-    std::vector<int> order_;                      // select()'s picks for the last prepare()
-    StepPlan plan_;                               // of the last prepare()
-    std::vector<TokenId> next_;                   // [W] new last-level guesses
+    std::vector<TokenId> history_;  // prompt + emitted tokens (only with seeding)
+    std::vector<TokenId> recent_;   // [kContextLen + 1] last tokens, x last
+    std::vector<int> order_;        // select()'s picks for the last prepare()
+    StepPlan plan_;                 // of the last prepare()
+    std::vector<TokenId> next_;     // [W] new last-level guesses
     // Tree mode.
     DraftScorer scorer_;
     TokenTree tree_;

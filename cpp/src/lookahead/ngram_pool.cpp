@@ -91,7 +91,8 @@ NgramPool NgramPool::reshaped(int ngram_len, int capacity) const {
     for (const auto& [key, list] : lists_) {
         const int count = static_cast<int>(list.sources.size());
         for (int i = 0; i < count; ++i) {
-            out.insert(key, list.tokens.data() + static_cast<size_t>(i) * ngram_len_, list.sources[i],
+            out.insert(key, list.tokens.data() + static_cast<size_t>(i) * ngram_len_,
+                       list.sources[i],
                        list.contexts.data() + static_cast<size_t>(i) * kContextLen);
         }
     }
@@ -115,7 +116,8 @@ namespace {
 
 uint32_t get_u32(std::istream& in, const std::string& name, const char* field) {
     uint32_t v = 0;
-    if (!read_u32_le(in, &v)) throw ConfigError(name + ": truncated pool data while reading " + field);
+    if (!read_u32_le(in, &v))
+        throw ConfigError(name + ": truncated pool data while reading " + field);
     return v;
 }
 
@@ -179,7 +181,8 @@ NgramPool NgramPool::read(std::istream& in, const std::string& name, int vocab_s
         const int64_t count = get_in_range(in, name, "entry count", 1, capacity);
         for (int64_t i = 0; i < count; ++i) {
             char source = 0;
-            if (!in.read(&source, 1)) throw ConfigError(name + ": truncated pool data while reading source");
+            if (!in.read(&source, 1))
+                throw ConfigError(name + ": truncated pool data while reading source");
             if (source != static_cast<char>(NgramSource::kSeed) &&
                 source != static_cast<char>(NgramSource::kWindow)) {
                 throw ConfigError(name + ": pool entry source must be 0 or 1 (got " +

@@ -60,7 +60,8 @@ class NgramPool {
     // Indices into find(key) of at most `max_count` entries, best first: the most trailing
     // context tokens equal to `recent` ([kContextLen] tokens before the key now, oldest first;
     // kUnknown never matches), then the newest. `order` is overwritten. Returns find(key).
-    Candidates select(TokenId key, const TokenId* recent, int max_count, std::vector<int>* order) const;
+    Candidates select(TokenId key, const TokenId* recent, int max_count,
+                      std::vector<int>* order) const;
     // The kContextLen tokens of `text` before index `at` (kUnknown before the start) into `out`.
     static void context_before(const TokenId* text, int64_t at, TokenId* out) {
         for (int j = 0; j < kContextLen; ++j) {

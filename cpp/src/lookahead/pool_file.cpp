@@ -43,7 +43,8 @@ void write_pool_file(const std::string& path, const SharedPool& pool, const Pool
     replace_regular_file(path, out.str(), "path");
 }
 
-std::pair<NgramPool, SharedPool::Texts> read_pool_file(const std::string& path, const PoolFileOwner& owner) {
+std::pair<NgramPool, SharedPool::Texts> read_pool_file(const std::string& path,
+                                                       const PoolFileOwner& owner) {
     // Read whole (pool files are at most a few MiB) from a regular file: a FIFO would block.
     const std::optional<std::string> data = read_regular_file(path, FileError::kConfig, true);
     if (!data) throw ConfigError("path: cannot open the pool file '" + path + "' (missing)");
@@ -54,13 +55,14 @@ std::pair<NgramPool, SharedPool::Texts> read_pool_file(const std::string& path, 
     }
     const uint32_t version = read_u32(in, path, "version");
     if (version < 1 || version > kPoolVersion) {
-        throw ConfigError(path + ": pool file version must be 1, 2 or " + std::to_string(kPoolVersion) +
-                          " (got " + std::to_string(version) + ")");
+        throw ConfigError(path + ": pool file version must be 1, 2 or " +
+                          std::to_string(kPoolVersion) + " (got " + std::to_string(version) + ")");
     }
     const uint32_t vocab = read_u32(in, path, "vocab_size");
     if (vocab != static_cast<uint32_t>(owner.vocab_size)) {
-        throw ConfigError(path + ": pool vocab_size must equal the model's " + std::to_string(owner.vocab_size) +
-                          " (got " + std::to_string(vocab) + ")");
+        throw ConfigError(path + ": pool vocab_size must equal the model's " +
+                          std::to_string(owner.vocab_size) + " (got " + std::to_string(vocab) +
+                          ")");
     }
     const uint32_t arch_len = read_u32(in, path, "architecture");
     if (arch_len > 256) {
@@ -72,8 +74,8 @@ std::pair<NgramPool, SharedPool::Texts> read_pool_file(const std::string& path, 
         throw ConfigError(path + ": not a pylookahead pool file (truncated in architecture)");
     }
     if (arch != owner.architecture) {
-        throw ConfigError(path + ": pool architecture must equal the model's '" + owner.architecture +
-                          "' (got '" + arch + "')");
+        throw ConfigError(path + ": pool architecture must equal the model's '" +
+                          owner.architecture + "' (got '" + arch + "')");
     }
     NgramPool pool = NgramPool::read(in, path, owner.vocab_size, /*with_contexts=*/version >= 2);
     SharedPool::Texts texts;
@@ -83,16 +85,16 @@ std::pair<NgramPool, SharedPool::Texts> read_pool_file(const std::string& path, 
             const uint32_t len = read_u32(in, path, "text length");
             if (len < 1 || len > SharedPool::kMaxTextTokens) {
                 throw ConfigError(path + ": pool text length must be in [1, " +
-                                  std::to_string(SharedPool::kMaxTextTokens) + "] (got " + std::to_string(len) +
-                                  " in text " + std::to_string(t) + ")");
+                                  std::to_string(SharedPool::kMaxTextTokens) + "] (got " +
+                                  std::to_string(len) + " in text " + std::to_string(t) + ")");
             }
             std::vector<TokenId> text(len);
             for (uint32_t i = 0; i < len; ++i) {
                 const uint32_t id = read_u32(in, path, "text token id");
                 if (id >= static_cast<uint32_t>(owner.vocab_size)) {
                     throw ConfigError(path + ": pool text token id must be < vocab_size " +
-                                      std::to_string(owner.vocab_size) + " (got " + std::to_string(id) +
-                                      " in text " + std::to_string(t) + ")");
+                                      std::to_string(owner.vocab_size) + " (got " +
+                                      std::to_string(id) + " in text " + std::to_string(t) + ")");
                 }
                 text[i] = static_cast<TokenId>(id);
             }

@@ -27,6 +27,7 @@ void write_pool_file(const std::string& path, const SharedPool& pool, const Pool
 // Reads the pool and texts saved in `path` (a version 1 or 2 file has no texts). Throws
 // ConfigError naming the file and the field when it is missing, not a regular file, corrupt or
 // truncated, or saved for another vocab_size or architecture.
-std::pair<NgramPool, SharedPool::Texts> read_pool_file(const std::string& path, const PoolFileOwner& owner);
+std::pair<NgramPool, SharedPool::Texts> read_pool_file(const std::string& path,
+                                                       const PoolFileOwner& owner);
 
 }  // namespace pylookahead

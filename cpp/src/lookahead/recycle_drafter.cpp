@@ -34,8 +34,8 @@ void RecycleDrafter::propose(const DraftContext& ctx, TokenTree* tree) {
         const TokenId* r = row(token);
         if (r == nullptr) return;
         for (int j = 0; j < k_ && r[j] >= 0; ++j) {
-            heap_.push_back({score * scorer.rate(DraftSource::kRecycle, depth, j), parent, depth,
-                             j, r[j]});
+            heap_.push_back(
+                {score * scorer.rate(DraftSource::kRecycle, depth, j), parent, depth, j, r[j]});
             std::push_heap(heap_.begin(), heap_.end());
         }
     };

@@ -69,7 +69,8 @@ TokenId TokenSampler::sample(const float* logits, int vocab, int64_t position) {
             for (int i = 0; i < kept; ++i) total += weights_[ids_[i]];
             int sorted = std::min(kept, 64);
             for (;;) {
-                std::partial_sort(ids_.begin(), ids_.begin() + sorted, ids_.begin() + kept, heavier);
+                std::partial_sort(ids_.begin(), ids_.begin() + sorted, ids_.begin() + kept,
+                                  heavier);
                 double mass = 0.0;
                 int cut = 0;
                 while (cut < sorted) {

@@ -40,8 +40,8 @@ class TokenSampler {
     int top_k_;
     double top_p_;
     uint64_t seed_;
-    std::vector<int32_t> ids_;      // scratch: candidate ids
-    std::vector<double> weights_;   // scratch: [vocab] unnormalised probabilities
+    std::vector<int32_t> ids_;     // scratch: candidate ids
+    std::vector<double> weights_;  // scratch: [vocab] unnormalised probabilities
 };
 
 }  // namespace pylookahead

@@ -56,7 +56,7 @@ class SharedPool {
     // oldest first, as add_text does.
     void replace(NgramPool pool, Texts texts);
 
-    Texts texts() const;       // a copy
+    Texts texts() const;  // a copy
     int64_t text_tokens() const;
 
   private:

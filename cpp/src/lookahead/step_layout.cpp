@@ -35,7 +35,7 @@ StepLayout build_step_layout(const StepBudget& b) {
         for (int j = 0; j < W; ++j) {
             const int row = b.window_row(level, j);
             layout.offsets[row] = level + j;
-            for (int i = 0; i <= j; ++i) see(row, b.window_row(0, i));  // row-0 prefix
+            for (int i = 0; i <= j; ++i) see(row, b.window_row(0, i));      // row-0 prefix
             for (int l = 1; l <= level; ++l) see(row, b.window_row(l, j));  // own column
         }
     }

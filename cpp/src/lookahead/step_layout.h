@@ -81,12 +81,12 @@ StepBudget step_budget(const LookaheadConfig& config);
 // The static part of every step (see the diagram above).
 struct StepLayout {
     StepBudget budget;
-    std::vector<int32_t> offsets;   // [T] position of each row minus p
-    std::vector<uint8_t> mask;      // [T * T] row-major, mask[q * T + k] = 1 iff row q sees row k
-    std::vector<int32_t> out_rows;  // [R] rows whose argmax is read, ascending
-    int out_last_level = 0;         // index in out_rows of last-level column 0 (0 when N = 2;
-                                    // W = 0: 1, an empty range)
-    int out_verify = 0;             // index in out_rows of the first verification row
+    std::vector<int32_t> offsets;     // [T] position of each row minus p
+    std::vector<uint8_t> mask;        // [T * T] row-major, mask[q * T + k] = 1 iff row q sees row k
+    std::vector<int32_t> out_rows;    // [R] rows whose argmax is read, ascending
+    int out_last_level = 0;           // index in out_rows of last-level column 0 (0 when N = 2;
+                                      // W = 0: 1, an empty range)
+    int out_verify = 0;               // index in out_rows of the first verification row
     std::vector<int32_t> exact_rows;  // [1 + G(N-1)] row 0 and the verification rows: the rows
                                       // that may be committed or decide acceptance
 };

@@ -24,7 +24,8 @@ void build_step_plan(const StepLayout& window, const std::vector<TokenId>& cells
     plan->mask.assign(static_cast<size_t>(T) * T, 0);
     uint8_t* m = plan->mask.data();
     for (int r = 0; r < wb; ++r) {
-        std::copy_n(window.mask.data() + static_cast<size_t>(r) * wb, wb, m + static_cast<size_t>(r) * T);
+        std::copy_n(window.mask.data() + static_cast<size_t>(r) * wb, wb,
+                    m + static_cast<size_t>(r) * T);
     }
     for (int i = 0; i < pad_to; ++i) {
         const int row = wb + i;

@@ -44,8 +44,8 @@ class SuffixDrafter : public Drafter {
     uint64_t key_hash(int64_t end, int m) const;
 
     int max_branches_, max_depth_;
-    std::vector<TokenId> text_;   // segments separated by kSeparator
-    int64_t segment_begin_ = 0;   // first index of the current segment
+    std::vector<TokenId> text_;  // segments separated by kSeparator
+    int64_t segment_begin_ = 0;  // first index of the current segment
     std::array<std::unordered_map<uint64_t, std::vector<int32_t>>, kMaxKey> ends_;
     std::vector<std::vector<TokenId>> found_;  // propose() scratch: the continuations, best first
     struct Match {

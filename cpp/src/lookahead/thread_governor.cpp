@@ -65,8 +65,8 @@ void ThreadGovernor::finish_probe() {
     // Compare on the row count the probe saw most (steps of other sizes cost differently).
     int rows = probe_.front().rows, best = 0;
     for (const Sample& p : probe_) {
-        const int n = static_cast<int>(std::count_if(probe_.begin(), probe_.end(),
-                                                     [&](const Sample& q) { return q.rows == p.rows; }));
+        const int n = static_cast<int>(std::count_if(
+            probe_.begin(), probe_.end(), [&](const Sample& q) { return q.rows == p.rows; }));
         if (n > best) best = n, rows = p.rows;
     }
     const double a = median_seconds(recent_, rows), b = median_seconds(probe_, rows);

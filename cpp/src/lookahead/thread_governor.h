@@ -19,9 +19,9 @@ namespace pylookahead {
 
 class ThreadGovernor {
   public:
-    static constexpr int kProbeSteps = 3;       // steps per probe of the other count (at most)
-    static constexpr int kFirstProbe = 4;       // steps before the first probe
-    static constexpr int kMinInterval = 16;     // steps between probes after a switch
+    static constexpr int kProbeSteps = 3;    // steps per probe of the other count (at most)
+    static constexpr int kFirstProbe = 4;    // steps before the first probe
+    static constexpr int kMinInterval = 16;  // steps between probes after a switch
     static constexpr int kMaxInterval = 512;
     static constexpr double kSwitchRatio = 0.85;  // the other count must be 15% faster
 

@@ -29,16 +29,17 @@ enum class DraftSource : uint8_t {
     kRecycle = 3,  // a successor the model predicted for this token in an earlier step
 };
 constexpr int kNumDraftSources = 4;
-static_assert(kNumDraftSources == sizeof(GenerationStats::accepted_tokens_by_source) / sizeof(int64_t));
+static_assert(kNumDraftSources ==
+              sizeof(GenerationStats::accepted_tokens_by_source) / sizeof(int64_t));
 
 // One node of a selected tree. Node indices are the order of the step rows after the window.
 struct TreeNode {
     TokenId token = 0;
-    int32_t parent = -1;  // index of the parent node; -1 = the root (x)
-    int32_t depth = 1;    // 1 for a child of the root
+    int32_t parent = -1;                         // index of the parent node; -1 = the root (x)
+    int32_t depth = 1;                           // 1 for a child of the root
     DraftSource source = DraftSource::kHistory;  // of the best-scoring proposal
-    int32_t rank = 0;     // that proposal's rank among its source's proposals at the parent
-    double score = 0.0;   // estimated P(accepted) (TokenTree::add's best score)
+    int32_t rank = 0;    // that proposal's rank among its source's proposals at the parent
+    double score = 0.0;  // estimated P(accepted) (TokenTree::add's best score)
 };
 
 // A trie of candidate tokens under the root, rebuilt every step. Not thread-safe.
@@ -75,16 +76,15 @@ class TokenTree {
 
 // What verification kept.
 struct TreeVerdict {
-    std::vector<int32_t> path;     // accepted node indices, root first (depth 1, 2, ...)
-    std::vector<TokenId> emitted;  // [path + 1] the path's tokens, then the bonus token
-    std::vector<uint8_t> accepted; // [nodes] 1 for every accepted node (a trie: the path's)
+    std::vector<int32_t> path;      // accepted node indices, root first (depth 1, 2, ...)
+    std::vector<TokenId> emitted;   // [path + 1] the path's tokens, then the bonus token
+    std::vector<uint8_t> accepted;  // [nodes] 1 for every accepted node (a trie: the path's)
 };
 
 // nodes [n] as select() returns them (parents before children); node_argmax [n] the argmax at
 // each node's row; t0 the argmax at the root. The accepted path is the deepest accepted node's
 // (ties to the lowest index: only nodes that are not a trie, e.g. the classic layout's separate
 // chains, can tie). The bonus token is the argmax at its last node, or t0 for an empty path.
-TreeVerdict verify_tree(TokenId t0, const std::vector<TreeNode>& nodes,
-                        const TokenId* node_argmax);
+TreeVerdict verify_tree(TokenId t0, const std::vector<TreeNode>& nodes, const TokenId* node_argmax);
 
 }  // namespace pylookahead

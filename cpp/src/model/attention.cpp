@@ -142,24 +142,26 @@ PYLA_INLINE void attend_tile(const float* q, const float* kt, const float* vf, i
 
 template <typename T>
 PYLA_INLINE void attend_dispatch(int ng, const float* q, const float* kt, const float* vf,
-                                 int64_t d, int64_t dp, int64_t sp, const int32_t* slots,
-                                 int64_t n, float scale, float* sc, T* out, int64_t out_stride) {
+                                 int64_t d, int64_t dp, int64_t sp, const int32_t* slots, int64_t n,
+                                 float scale, float* sc, T* out, int64_t out_stride) {
     switch (ng) {
+        // clang-format off
 #define PYLA_TILE(G) \
     case G: return attend_tile<G, T>(q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
         PYLA_TILE(1) PYLA_TILE(2) PYLA_TILE(3) PYLA_TILE(4)
         PYLA_TILE(5) PYLA_TILE(6) PYLA_TILE(7) PYLA_TILE(8)
 #undef PYLA_TILE
+        // clang-format on
     }
 }
 
 // The per-ISA entry points: one build of attend_dispatch<T> per target, chosen per call.
-#define PYLA_ATTEND_BUILD(NAME, TARGET)                                                          \
-    template <typename T>                                                                        \
-    TARGET void NAME(int ng, const float* q, const float* kt, const float* vf, int64_t d,        \
-                     int64_t dp, int64_t sp, const int32_t* slots, int64_t n, float scale,       \
-                     float* sc, T* out, int64_t out_stride) {                                    \
-        attend_dispatch<T>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);      \
+#define PYLA_ATTEND_BUILD(NAME, TARGET)                                                     \
+    template <typename T>                                                                   \
+    TARGET void NAME(int ng, const float* q, const float* kt, const float* vf, int64_t d,   \
+                     int64_t dp, int64_t sp, const int32_t* slots, int64_t n, float scale,  \
+                     float* sc, T* out, int64_t out_stride) {                               \
+        attend_dispatch<T>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride); \
     }
 PYLA_ATTEND_BUILD(attend_generic, )
 #if PYLA_HAVE_ISA_BUILDS
@@ -195,8 +197,8 @@ PYLA_INLINE float to_f32(at::BFloat16 x) {
 }
 
 template <typename T>
-void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-              int64_t kv_len, const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
+void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t kv_len,
+              const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
               at::Tensor& out) {
     const int64_t t = q.size(0), h = q.size(1), d = q.size(2), hkv = keys.size(0);
     const int64_t group = h / hkv;
@@ -259,17 +261,17 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
                     const T* src = qp + r * qs0 + (kvh * group + g0 + g) * qs1;
                     for (int64_t i = 0; i < d; ++i) qf[g * dp + i] = to_f32(src[i]);
                 }
-                attend(ng, qf.data(), kt.get() + kvh * d * sp,
-                       vf.get() + kvh * slots_total * dp, d, dp, sp, slots.data(), n, fscale,
-                       sc.data(), op + r * os0 + (kvh * group + g0) * os1, os1);
+                attend(ng, qf.data(), kt.get() + kvh * d * sp, vf.get() + kvh * slots_total * dp, d,
+                       dp, sp, slots.data(), n, fscale, sc.data(),
+                       op + r * os0 + (kvh * group + g0) * os1, os1);
             }
         }
     });
 }
 
 // float64 models (exactness tests): a plain loop, no speed concern.
-void run_fp64(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-              int64_t kv_len, const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
+void run_fp64(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t kv_len,
+              const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
               at::Tensor& out) {
     const int64_t t = q.size(0), h = q.size(1), d = q.size(2), hkv = keys.size(0);
     const int64_t group = h / hkv;
@@ -313,9 +315,9 @@ void attention_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tenso
                     double scale, at::Tensor& out) {
     RECORD_FUNCTION("pylookahead::attention_rows", std::vector<c10::IValue>());
     PYLA_CHECK(q.dim() == 3 && keys.dim() == 3 && out.sizes() == q.sizes(), "attention shapes");
-    PYLA_CHECK(q.stride(2) == 1 && keys.stride(2) == 1 && values.stride(2) == 1 &&
-                   out.stride(2) == 1,
-               "attention_rows needs a contiguous last dimension");
+    PYLA_CHECK(
+        q.stride(2) == 1 && keys.stride(2) == 1 && values.stride(2) == 1 && out.stride(2) == 1,
+        "attention_rows needs a contiguous last dimension");
     PYLA_CHECK(q.device().is_cpu(), "attention_rows runs on the CPU");
     switch (q.scalar_type()) {
         case at::kFloat: run_fp32<float>(q, keys, values, kv_len, mask, rows, scale, out); break;

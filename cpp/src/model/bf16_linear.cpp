@@ -20,8 +20,8 @@ namespace pylookahead {
 
 namespace {
 
-constexpr int64_t kBlock = 16;   // output columns per vector (one packed block)
-constexpr int kMaxRows = 8;      // rows per register tile
+constexpr int64_t kBlock = 16;     // output columns per vector (one packed block)
+constexpr int kMaxRows = 8;        // rows per register tile
 constexpr int64_t kPrefetch = 32;  // k pairs ahead (2 KiB per weight stream)
 
 #if PYLA_HAVE_BF16_KERNEL
@@ -49,7 +49,8 @@ PYLA_BF16_TARGET inline void tile(const uint16_t* x, int64_t x_stride, int64_t k
             int32_t pair;
             std::memcpy(&pair, x + m * x_stride + 2 * p, sizeof pair);
             const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
-            for (int b = 0; b < NB; ++b) acc[m][b] = _mm512_dpbf16_ps(acc[m][b], xv, (__m512bh)wv[b]);
+            for (int b = 0; b < NB; ++b)
+                acc[m][b] = _mm512_dpbf16_ps(acc[m][b], xv, (__m512bh)wv[b]);
         }
     }
     for (int b = 0; b < NB; ++b) {
@@ -80,18 +81,23 @@ PYLA_BF16_TARGET void run_blocks(const uint16_t* x, int64_t rows, int64_t x_stri
             if (!full) {
                 for (int64_t bb = b; bb < b1; ++bb) {
                     switch (m) {
-#define PYLA_CASE(M) case M: tile<M, 1>(xr, x_stride, kp_count, packed, bb, bias, yr, n, n); break;
-                        PYLA_CASE(1) PYLA_CASE(2) PYLA_CASE(3) PYLA_CASE(4)
-                        PYLA_CASE(5) PYLA_CASE(6) PYLA_CASE(7) PYLA_CASE(8)
+#define PYLA_CASE(M) \
+    case M: tile<M, 1>(xr, x_stride, kp_count, packed, bb, bias, yr, n, n); break;
+                        PYLA_CASE(1)
+                        PYLA_CASE(2)
+                        PYLA_CASE(3)
+                        PYLA_CASE(4) PYLA_CASE(5) PYLA_CASE(6) PYLA_CASE(7) PYLA_CASE(8)
 #undef PYLA_CASE
                     }
                 }
                 continue;
             }
             switch (m) {
-#define PYLA_CASE(M) case M: tile<M, NB>(xr, x_stride, kp_count, packed, b, bias, yr, n, n); break;
-                PYLA_CASE(1) PYLA_CASE(2) PYLA_CASE(3) PYLA_CASE(4)
-                PYLA_CASE(5) PYLA_CASE(6) PYLA_CASE(7) PYLA_CASE(8)
+#define PYLA_CASE(M) \
+    case M: tile<M, NB>(xr, x_stride, kp_count, packed, b, bias, yr, n, n); break;
+                PYLA_CASE(1)
+                PYLA_CASE(2)
+                PYLA_CASE(3) PYLA_CASE(4) PYLA_CASE(5) PYLA_CASE(6) PYLA_CASE(7) PYLA_CASE(8)
 #undef PYLA_CASE
             }
         }
@@ -111,8 +117,9 @@ bool bf16_linear_supported() {
 }
 
 at::Tensor bf16_linear_pack(const at::Tensor& weight) {
-    PYLA_CHECK(weight.dim() == 2 && weight.scalar_type() == at::kBFloat16 && weight.size(1) % 2 == 0,
-               "bf16_linear_pack needs a bf16 [N, K] weight with an even K");
+    PYLA_CHECK(
+        weight.dim() == 2 && weight.scalar_type() == at::kBFloat16 && weight.size(1) % 2 == 0,
+        "bf16_linear_pack needs a bf16 [N, K] weight with an even K");
     const int64_t n = weight.size(0), k = weight.size(1);
     const int64_t blocks = (n + kBlock - 1) / kBlock;
     at::Tensor padded = at::zeros({blocks * kBlock, k}, weight.options());
@@ -134,8 +141,8 @@ at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
     // The engine hands over fp32 biases (converted once at load); others are converted here.
     at::Tensor bias_f;
     if (bias.defined()) {
-        bias_f = bias.scalar_type() == at::kFloat ? bias.contiguous()
-                                                   : bias.to(at::kFloat).contiguous();
+        bias_f =
+            bias.scalar_type() == at::kFloat ? bias.contiguous() : bias.to(at::kFloat).contiguous();
     }
 #if PYLA_HAVE_BF16_KERNEL
     const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());

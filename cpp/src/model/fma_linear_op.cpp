@@ -29,7 +29,8 @@ WeightFormat fma_linear_format(const at::Tensor& packed) {
     for (WeightFormat f : {WeightFormat::kQ8, WeightFormat::kQ4}) {
         if (packed.size(2) == quant_group_bytes(f)) return f;
     }
-    PYLA_CHECK(false, "fma_linear: no quantized format has records of " << packed.size(2) << " bytes");
+    PYLA_CHECK(false,
+               "fma_linear: no quantized format has records of " << packed.size(2) << " bytes");
     return WeightFormat::kQ8;
 }
 
@@ -38,7 +39,8 @@ int64_t fma_linear_k(const at::Tensor& packed) {
 }
 
 at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format) {
-    PYLA_CHECK(weight.dim() == 2 && is_quantized(format), "fma_linear_quantize needs a [N, K] weight");
+    PYLA_CHECK(weight.dim() == 2 && is_quantized(format),
+               "fma_linear_quantize needs a [N, K] weight");
     const at::Tensor w = weight.to(at::kFloat).contiguous();
     const int64_t n = w.size(0), k = w.size(1);
     const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock;
@@ -75,8 +77,8 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
                    (is_quantized(format) || packed.size(2) == kFmaLinearBlock) &&
                    x.size(1) == fma_linear_k(packed) && packed.size(0) * kFmaLinearBlock >= n,
                "fma_linear shapes");
-    PYLA_CHECK(!bias.defined() || (bias.scalar_type() == at::kFloat && bias.is_contiguous() &&
-                                   bias.numel() == n),
+    PYLA_CHECK(!bias.defined() ||
+                   (bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == n),
                "fma_linear needs an fp32 bias of N values");
     const int64_t rows = x.size(0), k = x.size(1), blocks = packed.size(0);
     const at::Tensor xf = x.to(at::kFloat).contiguous();

@@ -51,7 +51,8 @@ at::Tensor gguf_dense(const GgufPart& part) {
     const int64_t d = part.permuted_head_dim;
     if (d == 0) return out;
     const int64_t rows = t.shape[0];
-    PYLA_CHECK(d % 2 == 0 && rows % d == 0, "gguf_dense: " << t.name << " rows " << rows << " head_dim " << d);
+    PYLA_CHECK(d % 2 == 0 && rows % d == 0,
+               "gguf_dense: " << t.name << " rows " << rows << " head_dim " << d);
     // Stored row h D + 2 i + j holds Hugging Face row h D + j D/2 + i.
     std::vector<int64_t> view = {rows / d, d / 2, 2};
     for (size_t i = 1; i < t.shape.size(); ++i) view.push_back(t.shape[i]);
@@ -63,7 +64,8 @@ at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat forma
     const int64_t k = parts.front().tensor->shape.at(1);
     int64_t n = 0;
     for (const GgufPart& p : parts) {
-        PYLA_CHECK(p.tensor->shape.size() == 2 && p.tensor->shape[1] == k, "gguf_pack_kept: " << p.tensor->name);
+        PYLA_CHECK(p.tensor->shape.size() == 2 && p.tensor->shape[1] == k,
+                   "gguf_pack_kept: " << p.tensor->name);
         n += p.tensor->shape[0];
     }
     const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock, groups = k / kQuantGroup;
@@ -88,8 +90,10 @@ at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat forma
                     std::memcpy(&qh, b + 2, sizeof qh);
                     const unsigned char* qs = b + 6;
                     for (int j = 0; j < 16; ++j) {
-                        q[j] = static_cast<int8_t>(((qs[j] & 0xF) | (((qh >> j) << 4) & 0x10)) - 16);
-                        q[j + 16] = static_cast<int8_t>(((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16);
+                        q[j] =
+                            static_cast<int8_t>(((qs[j] & 0xF) | (((qh >> j) << 4) & 0x10)) - 16);
+                        q[j + 16] =
+                            static_cast<int8_t>(((qs[j] >> 4) | ((qh >> (j + 12)) & 0x10)) - 16);
                     }
                 } else {
                     const unsigned char* qs = b + (t.type == GgmlType::kQ4_1 ? 4 : 2);
@@ -98,10 +102,15 @@ at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat forma
                         q[j + 16] = static_cast<int8_t>(qs[j] >> 4);
                     }
                     // Q4_0: (q - 8) d = q d + (-8 d); -8 d is exact in fp16 below its overflow.
-                    m = t.type == GgmlType::kQ4_1 ? u16_at(b + 2) : fp16_from_float(-8.0f * fp16_to_float(d));
-                    if (t.type == GgmlType::kQ4_0 && std::isfinite(fp16_to_float(d)) && !std::isfinite(fp16_to_float(m))) {
-                        throw ModelLoadError(t.file + ": tensor '" + t.name + "': a Q4_0 scale of " + std::to_string(fp16_to_float(d)) +
-                                             " has no int4 offset (-8 d overflows fp16); load it with quantize='none'");
+                    m = t.type == GgmlType::kQ4_1 ? u16_at(b + 2)
+                                                  : fp16_from_float(-8.0f * fp16_to_float(d));
+                    if (t.type == GgmlType::kQ4_0 && std::isfinite(fp16_to_float(d)) &&
+                        !std::isfinite(fp16_to_float(m))) {
+                        throw ModelLoadError(t.file + ": tensor '" + t.name +
+                                             "': a Q4_0 scale of " +
+                                             std::to_string(fp16_to_float(d)) +
+                                             " has no int4 offset (-8 d overflows fp16); load it "
+                                             "with quantize='none'");
                     }
                 }
                 quant_set_group(format, op, n, k, c0 + r, g, d, m, q);

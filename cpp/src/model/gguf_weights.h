@@ -15,7 +15,7 @@ namespace pylookahead {
 // One GGUF tensor making up rows of a (possibly fused) linear weight.
 struct GgufPart {
     const GgufTensor* tensor = nullptr;  // 2-D [rows, k]; owned by the open GgufFile
-    int64_t permuted_head_dim = 0;       // > 0: rows stored RoPE-interleaved per head (gguf_config.h)
+    int64_t permuted_head_dim = 0;  // > 0: rows stored RoPE-interleaved per head (gguf_config.h)
 };
 
 // The engine format that holds `type` exactly: Q8_0 and Q5_0 (its q - 16 fits an int8) -> kQ8;

@@ -10,14 +10,14 @@
 #include <string>
 
 #include "check.h"
-#include "model/attention.h"
-#include "kernels/cpu_isa.h"
-#include "model/bf16_linear.h"
-#include "model/fma_linear_op.h"
-#include "kernels/quant_format.h"
 #include "io/gguf.h"
 #include "io/gguf_config.h"
 #include "io/safetensors.h"
+#include "kernels/cpu_isa.h"
+#include "kernels/quant_format.h"
+#include "model/attention.h"
+#include "model/bf16_linear.h"
+#include "model/fma_linear_op.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
@@ -44,7 +44,8 @@ std::string shape_str(at::IntArrayRef s) {
 // shapes, and records which ones were used so that leftovers can be reported as unexpected.
 class WeightReader {
   public:
-    WeightReader(const std::string& path, const ModelConfig& config, at::ScalarType dtype, at::Device device)
+    WeightReader(const std::string& path, const ModelConfig& config, at::ScalarType dtype,
+                 at::Device device)
         : config_(config), dtype_(dtype), device_(device) {
         if (is_gguf_checkpoint(path)) {
             gguf_.emplace(path);
@@ -59,7 +60,9 @@ class WeightReader {
 
     // The tensor in dtype on the device.
     at::Tensor get(const std::string& name, std::vector<int64_t> shape) {
-        if (gguf_) return gguf_dense(part(name, shape)).to(at::TensorOptions().dtype(dtype_).device(device_));
+        if (gguf_)
+            return gguf_dense(part(name, shape))
+                .to(at::TensorOptions().dtype(dtype_).device(device_));
         const TensorInfo& info = st_->get(name);
         check_shape(info.file, name, info.shape, shape);
         used_.insert(name);
@@ -96,18 +99,19 @@ class WeightReader {
     }
 
   private:
-    static void check_shape(const std::string& file, const std::string& name, const std::vector<int64_t>& got,
-                            const std::vector<int64_t>& want) {
+    static void check_shape(const std::string& file, const std::string& name,
+                            const std::vector<int64_t>& got, const std::vector<int64_t>& want) {
         if (got != want) {
-            throw ModelLoadError(file + ": tensor '" + name + "' has shape " + shape_str(got) + ", expected " +
-                                 shape_str(want) + " from the config");
+            throw ModelLoadError(file + ": tensor '" + name + "' has shape " + shape_str(got) +
+                                 ", expected " + shape_str(want) + " from the config");
         }
     }
 
     GgufPart part(const std::string& name, const std::vector<int64_t>& shape) {
         const std::string gname = gguf_tensor_name(name);
         const GgufTensor* t = gname.empty() ? nullptr : gguf_->find(gname);
-        if (!t) throw ModelLoadError(gguf_->path() + ": missing tensor '" + gname + "' (" + name + ")");
+        if (!t)
+            throw ModelLoadError(gguf_->path() + ": missing tensor '" + gname + "' (" + name + ")");
         check_shape(gguf_->path(), gname, t->shape, shape);
         used_.insert(gname);
         return GgufPart{t, gguf_rows_permuted(config_, name) ? config_.head_dim : 0};
@@ -125,7 +129,8 @@ class WeightReader {
 // float rounding matches), with linear or llama3 scaling applied.
 at::Tensor rope_inv_freq(const ModelConfig& c) {
     const int64_t dim = c.head_dim;
-    at::Tensor exponent = at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
+    at::Tensor exponent =
+        at::arange(0, dim, 2, at::kLong).to(at::kFloat) / static_cast<double>(dim);
     at::Tensor inv = at::reciprocal(at::pow(c.rope_theta, exponent));
     const RopeScaling& s = c.rope_scaling;
     if (s.type == RopeScalingType::kLinear) {
@@ -154,15 +159,16 @@ Transformer::Transformer(const std::string& path, ModelConfig config, at::Scalar
     const ModelConfig& c = config_;
     if (quantize_.mode == Quantization::Mode::kFormat) {
         // Every linear layer's input width must hold whole groups of 32.
-        for (const auto& [what, width] : {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
-                                          {"num_attention_heads * head_dim",
-                                           int64_t{c.num_attention_heads} * c.head_dim},
-                                          {"intermediate_size", c.intermediate_size}}) {
+        for (const auto& [what, width] :
+             {std::pair<const char*, int64_t>{"hidden_size", c.hidden_size},
+              {"num_attention_heads * head_dim", int64_t{c.num_attention_heads} * c.head_dim},
+              {"intermediate_size", c.intermediate_size}}) {
             if (width % kQuantGroup != 0) {
-                throw ConfigError(std::string("quantize needs every linear layer's input width to be a "
-                                              "multiple of ") +
-                                  std::to_string(kQuantGroup) + " (got " + what + " = " +
-                                  std::to_string(width) + ")");
+                throw ConfigError(
+                    std::string("quantize needs every linear layer's input width to be a "
+                                "multiple of ") +
+                    std::to_string(kQuantGroup) + " (got " + what + " = " + std::to_string(width) +
+                    ")");
             }
         }
     }
@@ -199,7 +205,8 @@ Transformer::Transformer(const std::string& path, ModelConfig config, at::Scalar
         lw.o = linear({{p + "self_attn.o_proj.weight", hid}}, h * d);
         if (c.attention_output_bias) lw.o_bias = r.get(p + "self_attn.o_proj.bias", {hid});
         lw.post_norm = r.get(p + "post_attention_layernorm.weight", {hid});
-        lw.gate_up = linear({{p + "mlp.gate_proj.weight", inter}, {p + "mlp.up_proj.weight", inter}}, hid);
+        lw.gate_up =
+            linear({{p + "mlp.gate_proj.weight", inter}, {p + "mlp.up_proj.weight", inter}}, hid);
         lw.down = linear({{p + "mlp.down_proj.weight", hid}}, inter);
         layers_.push_back(std::move(lw));
     }
@@ -207,7 +214,8 @@ Transformer::Transformer(const std::string& path, ModelConfig config, at::Scalar
     if (c.tie_word_embeddings) {
         lm_head_ = embed_;
         gguf_parts_.emplace_back();
-        if (auto p = r.gguf_part("model.embed_tokens.weight", {v, hid})) gguf_parts_.back().push_back(*p);
+        if (auto p = r.gguf_part("model.embed_tokens.weight", {v, hid}))
+            gguf_parts_.back().push_back(*p);
         // Some exporters store the tied copy anyway; it must then equal the embedding's shape.
         if (r.contains("lm_head.weight")) r.get("lm_head.weight", {v, hid});
     } else {
@@ -215,12 +223,14 @@ Transformer::Transformer(const std::string& path, ModelConfig config, at::Scalar
     }
     r.check_all_used();
     inv_freq_ = rope_inv_freq(c).to(device);
-    // Quantized when asked for, or when a GGUF file holds linear weights the kernels read as they are.
+    // Quantized when asked for, or when a GGUF file holds linear weights the kernels read as they
+    // are.
     quantized_ = quantize_.mode == Quantization::Mode::kFormat;
     if (quantize_.mode == Quantization::Mode::kAuto) {
         for (size_t i = 0; i < gguf_parts_.size(); ++i) {
             const bool is_lm_head = i + 1 == gguf_parts_.size();
-            if (gguf_kept_format(gguf_parts_[i]) && (!is_lm_head || quantize_.lm_head)) quantized_ = true;
+            if (gguf_kept_format(gguf_parts_[i]) && (!is_lm_head || quantize_.lm_head))
+                quantized_ = true;
         }
     }
     pack_weights(linear_kernel);
@@ -266,7 +276,8 @@ CpuIsa fma_path(Transformer::LinearKernel kernel) {
 }
 
 bool is_fma(Transformer::LinearKernel kernel) {
-    return kernel == Transformer::LinearKernel::kAvx2 || kernel == Transformer::LinearKernel::kGeneric;
+    return kernel == Transformer::LinearKernel::kAvx2 ||
+           kernel == Transformer::LinearKernel::kGeneric;
 }
 
 }  // namespace
@@ -293,7 +304,8 @@ std::string linear_kernel_names() {
 
 std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
     const bool cpu = device_.is_cpu();
-    const std::string where = "dtype " + std::string(c10::toString(dtype_)) + " on " + device_.str();
+    const std::string where =
+        "dtype " + std::string(c10::toString(dtype_)) + " on " + device_.str();
     if (quantized_ && !is_fma(kernel)) {
         return "does not read quantized weights (the engine's avx2 and generic kernels do)";
     }
@@ -306,7 +318,8 @@ std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
                 return "needs dtype bfloat16 on the CPU and even layer widths (got " + where + ")";
             }
             const std::string isa = cpu_isa_shortfall(CpuIsa::kAvx512Bf16);
-            return isa.empty() ? "" : "needs AVX512F, AVX512BW, AVX512VL and AVX512-BF16 (" + isa + ")";
+            return isa.empty() ? ""
+                               : "needs AVX512F, AVX512BW, AVX512VL and AVX512-BF16 (" + isa + ")";
         }
         case LinearKernel::kAvx2:
         case LinearKernel::kGeneric: {
@@ -320,12 +333,14 @@ std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
         case LinearKernel::kOneDnnPacked: {
             if (!cpu || (dtype_ != at::kBFloat16 && dtype_ != at::kFloat) || !at::hasMKLDNN() ||
                 !reorder_op() || !linear_op()) {
-                return "needs dtype bfloat16 or float32 on the CPU and a libtorch with oneDNN (got " +
+                return "needs dtype bfloat16 or float32 on the CPU and a libtorch with oneDNN "
+                       "(got " +
                        where + ")";
             }
             // oneDNN's bf16 reorder refuses CPUs without AVX-512 (or AVX-NE-CONVERT); checked here
             // so that the ISA cap also covers it.
-            const std::string isa = dtype_ == at::kBFloat16 ? cpu_isa_shortfall(CpuIsa::kAvx512) : "";
+            const std::string isa =
+                dtype_ == at::kBFloat16 ? cpu_isa_shortfall(CpuIsa::kAvx512) : "";
             return isa.empty() ? "" : "needs AVX-512 for bfloat16 (" + isa + ")";
         }
     }
@@ -333,12 +348,14 @@ std::string Transformer::kernel_shortfall(LinearKernel kernel) const {
 }
 
 at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense,
-                                   const std::vector<GgufPart>& parts, bool is_lm_head, bool note) {
+                                    const std::vector<GgufPart>& parts, bool is_lm_head,
+                                    bool note) {
     // "checkpoint" for safetensors; else the parts' GGUF types, e.g. "Q5_0" or "Q5_0+Q8_0".
     std::string source = parts.empty() ? "checkpoint" : "";
     for (const GgufPart& p : parts) {
         const std::string type = ggml_type_name(p.tensor->type);
-        if (("+" + source + "+").find("+" + type + "+") == std::string::npos) source += (source.empty() ? "" : "+") + type;
+        if (("+" + source + "+").find("+" + type + "+") == std::string::npos)
+            source += (source.empty() ? "" : "+") + type;
     }
     std::string action;
     at::Tensor out;
@@ -356,18 +373,22 @@ at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense
         out = stack[0].toTensor();
     } else if (kernel == LinearKernel::kAten) {
         out = dense;
-    } else if (may_quantize && kept && (quantize_.mode == Quantization::Mode::kAuto ||
-                                        (quantize_.mode == Quantization::Mode::kFormat && *kept == quantize_.format))) {
+    } else if (may_quantize && kept &&
+               (quantize_.mode == Quantization::Mode::kAuto ||
+                (quantize_.mode == Quantization::Mode::kFormat && *kept == quantize_.format))) {
         out = gguf_pack_kept(parts, *kept);
-        action = std::string("as they are (") + (*kept == WeightFormat::kQ8 ? "int8" : "int4") + ")";
+        action =
+            std::string("as they are (") + (*kept == WeightFormat::kQ8 ? "int8" : "int4") + ")";
     } else if (may_quantize && quantize_.mode == Quantization::Mode::kFormat) {
         out = fma_linear_quantize(dense, quantize_.format);
-        action = std::string("quantized to ") + (quantize_.format == WeightFormat::kQ8 ? "int8" : "int4");
+        action = std::string("quantized to ") +
+                 (quantize_.format == WeightFormat::kQ8 ? "int8" : "int4");
     } else {
         out = fma_linear_pack(dense, fma_path(kernel));
     }
     if (note) {
-        if (action.empty()) action = parts.empty() ? "in " + dtype_name : "dequantized to " + dtype_name;
+        if (action.empty())
+            action = parts.empty() ? "in " + dtype_name : "dequantized to " + dtype_name;
         auto same = [&](const NoteCount& n) { return n.source == source && n.action == action; };
         auto it = std::find_if(note_counts_.begin(), note_counts_.end(), same);
         if (it == note_counts_.end()) {
@@ -423,7 +444,8 @@ bool Transformer::try_kernel(LinearKernel kernel) {
     // A packed copy when tied: the embedding keeps its layout.
     lm_head_ = pack_linear(kernel, lm_head_, parts(4 * layers_.size()), true, true);
     weight_notes_.clear();
-    for (const NoteCount& n : note_counts_) weight_notes_.push_back(n.source + ": " + std::to_string(n.count) + " " + n.action);
+    for (const NoteCount& n : note_counts_)
+        weight_notes_.push_back(n.source + ": " + std::to_string(n.count) + " " + n.action);
     return true;
 }
 
@@ -438,11 +460,12 @@ void Transformer::pack_weights(std::optional<LinearKernel> want) {
             passed = try_kernel(*want);
         } catch (const c10::Error& e) {
             kernel_ = LinearKernel::kAten;
-            throw ConfigError("linear_kernel '" + name + "' cannot run here: " +
-                              e.what_without_backtrace());
+            throw ConfigError("linear_kernel '" + name +
+                              "' cannot run here: " + e.what_without_backtrace());
         }
         if (!passed) {
-            throw ConfigError("linear_kernel '" + name + "' gives a row different bits at "
+            throw ConfigError("linear_kernel '" + name +
+                              "' gives a row different bits at "
                               "different row counts on this CPU (load-time probe); use 'auto'");
         }
         return;
@@ -506,12 +529,9 @@ at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, const a
     // The constant arguments are built once (this runs ~7 times per layer per step).
     static const c10::IValue no_activation(std::string("none"));
     static const c10::IValue no_scalars(c10::List<std::optional<at::Scalar>>{});
-    torch::jit::Stack stack{x.contiguous(),
-                            w,
-                            bias.defined() ? c10::IValue(bias) : c10::IValue(),
-                            no_activation,
-                            no_scalars,
-                            c10::IValue()};
+    torch::jit::Stack stack{
+        x.contiguous(), w,          bias.defined() ? c10::IValue(bias) : c10::IValue(),
+        no_activation,  no_scalars, c10::IValue()};
     linear_op()->callBoxed(&stack);
     return stack[0].toTensor();
 }
@@ -526,7 +546,7 @@ at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) 
 }
 
 at::Tensor Transformer::sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                              const std::optional<at::Tensor>& mask, bool is_causal) const {
+                             const std::optional<at::Tensor>& mask, bool is_causal) const {
     // q [R, H, D]; keys, values [Hkv, S, D]; mask [R, S] bool -> [R, H, D] contiguous
     const bool gqa = config_.num_attention_heads != config_.num_key_value_heads;
     return at::scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), keys.unsqueeze(0),
@@ -546,19 +566,18 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x, const at::Tensor& cos,
 }
 
 at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& positions,
-                                const std::optional<at::Tensor>& mask, KvCache& kv,
-                                int64_t kv_len, const at::Tensor& out_rows,
-                                bool row_invariant, const uint8_t* host_mask) const {
+                                const std::optional<at::Tensor>& mask, KvCache& kv, int64_t kv_len,
+                                const at::Tensor& out_rows, bool row_invariant,
+                                const uint8_t* host_mask) const {
     const ModelConfig& c = config_;
     const int64_t t = tokens.size(0), h = c.num_attention_heads, hkv = c.num_key_value_heads,
                   d = c.head_dim;
     PYLA_CHECK(kv_len + t <= kv.capacity(), "step of " << t << " rows at kv_len " << kv_len
-                                                       << " exceeds KV capacity "
-                                                       << kv.capacity());
+                                                       << " exceeds KV capacity " << kv.capacity());
     // RoPE tables for this step's positions, fp32 then cast (as transformers does).
     at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, D/2]
-    at::Tensor emb = at::cat({freqs, freqs}, -1);                                        // [T, D]
-    at::Tensor cos = emb.cos().to(dtype_).unsqueeze(1);                                  // [T, 1, D]
+    at::Tensor emb = at::cat({freqs, freqs}, -1);                                       // [T, D]
+    at::Tensor cos = emb.cos().to(dtype_).unsqueeze(1);                                 // [T, 1, D]
     at::Tensor sin = emb.sin().to(dtype_).unsqueeze(1);
 
     // Attention mask over [committed rows | step rows]. Causal with nothing committed is the

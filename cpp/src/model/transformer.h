@@ -18,14 +18,14 @@
 namespace pylookahead {
 
 struct LayerWeights {
-    at::Tensor input_norm;     // [hidden]
-    at::Tensor qkv;            // [(H + 2 Hkv) D, hidden]  q, k, v projections fused
-    at::Tensor qkv_bias;       // [(H + 2 Hkv) D] or undefined (fp32 with the engine's kernels)
-    at::Tensor o;              // [hidden, H D]
-    at::Tensor o_bias;         // [hidden] or undefined (likewise)
-    at::Tensor post_norm;      // [hidden]
-    at::Tensor gate_up;        // [2 I, hidden]  gate and up projections fused
-    at::Tensor down;           // [hidden, I]
+    at::Tensor input_norm;  // [hidden]
+    at::Tensor qkv;         // [(H + 2 Hkv) D, hidden]  q, k, v projections fused
+    at::Tensor qkv_bias;    // [(H + 2 Hkv) D] or undefined (fp32 with the engine's kernels)
+    at::Tensor o;           // [hidden, H D]
+    at::Tensor o_bias;      // [hidden] or undefined (likewise)
+    at::Tensor post_norm;   // [hidden]
+    at::Tensor gate_up;     // [2 I, hidden]  gate and up projections fused
+    at::Tensor down;        // [hidden, I]
 };
 
 // The formats of the linear layers (kernels/quant_format.h, docs/design.md "Quantized
@@ -98,8 +98,8 @@ class Transformer {
     // True when the CPU linear weights are held pre-packed (oneDNN's or bf16_linear's layout).
     bool packed_weights() const { return kernel_ != LinearKernel::kAten; }
     // Fewest rows a decode step must run so that every row's result has the same bits as in a
-    // step of any other size >= that: 1 with the engine's kernels (row-invariant by construction), 2 with
-    // oneDNN-packed weights or bf16/fp16 (the GEMMs differ at M = 1), 4 for MKL fp32/fp64
+    // step of any other size >= that: 1 with the engine's kernels (row-invariant by construction),
+    // 2 with oneDNN-packed weights or bf16/fp16 (the GEMMs differ at M = 1), 4 for MKL fp32/fp64
     // (measured on the CPUs here; see docs/design.md).
     int min_invariant_rows() const;
 
@@ -114,8 +114,8 @@ class Transformer {
     void pack_weights(std::optional<LinearKernel> want);
     // One linear weight (`dense` in dtype; `parts` its GGUF tensors, empty for safetensors) in
     // the layout of `kernel`, as quantize_ asks; counts what it did in weight_notes_ when `note`.
-    at::Tensor pack_linear(LinearKernel kernel, const at::Tensor& dense, const std::vector<GgufPart>& parts,
-                           bool is_lm_head, bool note);
+    at::Tensor pack_linear(LinearKernel kernel, const at::Tensor& dense,
+                           const std::vector<GgufPart>& parts, bool is_lm_head, bool note);
     // Why `kernel` cannot run for this model here ("" when it can): dtype, device, CPU features.
     std::string kernel_shortfall(LinearKernel kernel) const;
     // Probes `kernel` for row invariance on the first layer's qkv and, when it passes, packs every
@@ -132,11 +132,11 @@ class Transformer {
     ModelConfig config_;
     at::ScalarType dtype_;
     at::Device device_;
-    at::Tensor embed_;         // [V, hidden]
+    at::Tensor embed_;  // [V, hidden]
     std::vector<LayerWeights> layers_;
-    at::Tensor final_norm_;    // [hidden]
-    at::Tensor lm_head_;       // [V, hidden] (the embedding when tied)
-    at::Tensor inv_freq_;      // [D / 2] fp32, rope scaling applied
+    at::Tensor final_norm_;  // [hidden]
+    at::Tensor lm_head_;     // [V, hidden] (the embedding when tied)
+    at::Tensor inv_freq_;    // [D / 2] fp32, rope scaling applied
     Quantization quantize_;
     bool quantized_ = false;
     std::vector<std::string> weight_notes_;

@@ -28,8 +28,8 @@ at::ScalarType parse_dtype(const std::string& s) {
 std::optional<Transformer::LinearKernel> parse_linear_kernel(const std::string& s) {
     if (s == "auto") return std::nullopt;
     if (auto kernel = linear_kernel_from_name(s)) return kernel;
-    throw ConfigError("linear_kernel must be one of auto, " + linear_kernel_names() + " (got '" + s +
-                      "')");
+    throw ConfigError("linear_kernel must be one of auto, " + linear_kernel_names() + " (got '" +
+                      s + "')");
 }
 
 Transformer::Quantization parse_quantize(const std::string& s, bool lm_head) {
@@ -74,14 +74,16 @@ void EngineConfig::validate() const {
                           " (this machine's CPUs) (got " + std::to_string(num_threads) + ")");
     }
     parse_linear_kernel(linear_kernel);
-    if (parse_quantize(quantize, quantize_lm_head).mode == Transformer::Quantization::Mode::kFormat &&
+    if (parse_quantize(quantize, quantize_lm_head).mode ==
+            Transformer::Quantization::Mode::kFormat &&
         !parse_device(device).is_cpu()) {
-        throw ConfigError("quantize '" + quantize + "' runs on the CPU only (got device '" + device + "')");
+        throw ConfigError("quantize '" + quantize + "' runs on the CPU only (got device '" +
+                          device + "')");
     }
 }
 
-std::unique_ptr<Transformer> load_transformer(const std::string& model_dir, const EngineConfig& engine,
-                                              ModelInfo* out) {
+std::unique_ptr<Transformer> load_transformer(const std::string& model_dir,
+                                              const EngineConfig& engine, ModelInfo* out) {
     engine.validate();
     if (engine.num_threads > 0) at::set_num_threads(engine.num_threads);
     at::ScalarType dtype = parse_dtype(engine.dtype);
@@ -104,14 +106,16 @@ std::unique_ptr<Transformer> load_transformer(const std::string& model_dir, cons
     info.eos_token_ids = config.eos_token_ids;
     info.cpu_isa = cpu_isa_name(cpu_isa());
     Transformer::Quantization quantize = parse_quantize(engine.quantize, engine.quantize_lm_head);
-    // "auto" keeps a GGUF's blocks where the engine's CPU kernels can read them; elsewhere it is "none".
+    // "auto" keeps a GGUF's blocks where the engine's CPU kernels can read them; elsewhere it is
+    // "none".
     if (quantize.mode == Transformer::Quantization::Mode::kAuto && !device.is_cpu()) {
         quantize.mode = Transformer::Quantization::Mode::kNone;
     }
     std::unique_ptr<Transformer> transformer;
     try {
-        transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
-                                                    parse_linear_kernel(engine.linear_kernel), quantize);
+        transformer =
+            std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
+                                          parse_linear_kernel(engine.linear_kernel), quantize);
     } catch (const c10::Error& e) {
         throw ModelLoadError(model_dir + ": loading weights failed: " + e.what_without_backtrace());
     }

@@ -15,7 +15,7 @@ namespace pylookahead {
 // Reads the checkpoint directory or GGUF file `model_dir` as `engine` says (Model::load's
 // contract) and fills every field of `info` but load_seconds. Throws ConfigError for a bad
 // `engine`, ModelLoadError for missing, corrupt or unsupported files.
-std::unique_ptr<Transformer> load_transformer(const std::string& model_dir, const EngineConfig& engine,
-                                              ModelInfo* info);
+std::unique_ptr<Transformer> load_transformer(const std::string& model_dir,
+                                              const EngineConfig& engine, ModelInfo* info);
 
 }  // namespace pylookahead

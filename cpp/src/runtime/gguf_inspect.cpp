@@ -20,11 +20,14 @@ GgufInfo read_gguf_info(const std::string& path) {
                 break;
             }
             case GgufValue::Kind::kString: text = v.s; break;
-            case GgufValue::Kind::kArray: text = "[array of " + std::to_string(v.array_count) + "]"; break;
+            case GgufValue::Kind::kArray:
+                text = "[array of " + std::to_string(v.array_count) + "]";
+                break;
         }
         info.metadata.emplace(key, std::move(text));
     }
-    for (const auto& [name, t] : file.tensors()) info.tensors.push_back({name, ggml_type_name(t.type), t.shape});
+    for (const auto& [name, t] : file.tensors())
+        info.tensors.push_back({name, ggml_type_name(t.type), t.shape});
     return info;
 }
 

@@ -18,8 +18,7 @@ TorchStepModel::TorchStepModel(const Transformer& model, int capacity)
     : model_(model),
       min_decode_rows_(model.min_invariant_rows()),
       kv_(model.config().num_hidden_layers, model.config().num_key_value_heads,
-          capacity + min_decode_rows_ - 1, model.config().head_dim, model.dtype(),
-          model.device()) {
+          capacity + min_decode_rows_ - 1, model.config().head_dim, model.dtype(), model.device()) {
     // PYLOOKAHEAD_GOVERN_THREADS=0 turns the governor off (benchmarks/contention.py compares).
     const char* env = std::getenv("PYLOOKAHEAD_GOVERN_THREADS");
     if (env != nullptr && std::string(env) == "0") govern_threads_ = false;
@@ -32,21 +31,24 @@ TorchStepModel::StepInputs TorchStepModel::stage_inputs(const std::vector<TokenI
     if (!host_inputs_.defined() || host_inputs_.size(1) < need) {
         const int64_t cap = std::max<int64_t>(need, 1024);  // every lookahead step fits 1024
         const bool cuda = model_.device().is_cuda();
-        host_inputs_ = at::empty({3, cap}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
-        device_inputs_ = cuda ? at::empty({3, cap}, at::TensorOptions().dtype(at::kLong).device(
-                                                        model_.device()))
-                              : host_inputs_;
+        host_inputs_ =
+            at::empty({3, cap}, at::TensorOptions().dtype(at::kLong).pinned_memory(cuda));
+        device_inputs_ =
+            cuda ? at::empty({3, cap}, at::TensorOptions().dtype(at::kLong).device(model_.device()))
+                 : host_inputs_;
     }
     const int64_t cap = host_inputs_.size(1);
     int64_t* h = host_inputs_.data_ptr<int64_t>();
-    const int64_t t = static_cast<int64_t>(tokens.size()), r = static_cast<int64_t>(out_rows.size());
+    const int64_t t = static_cast<int64_t>(tokens.size()),
+                  r = static_cast<int64_t>(out_rows.size());
     std::copy(tokens.begin(), tokens.end(), h);
     std::copy(positions.begin(), positions.end(), h + cap);
     std::copy(out_rows.begin(), out_rows.end(), h + 2 * cap);
     if (!device_inputs_.is_same(host_inputs_)) {
         // Only the columns in use. The previous step's copy has finished: its argmax was read
         // back on the host since.
-        device_inputs_.narrow(1, 0, need).copy_(host_inputs_.narrow(1, 0, need), /*non_blocking=*/true);
+        device_inputs_.narrow(1, 0, need)
+            .copy_(host_inputs_.narrow(1, 0, need), /*non_blocking=*/true);
     }
     return {device_inputs_.select(0, 0).narrow(0, 0, t),
             device_inputs_.select(0, 1).narrow(0, 0, t),
@@ -73,8 +75,9 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         omp_set_num_threads(threads);
         const auto t0 = std::chrono::steady_clock::now();
         run_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
-        governor_.record(static_cast<int>(tokens.size()),
-                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        governor_.record(
+            static_cast<int>(tokens.size()),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         return;
     }
 #endif
@@ -84,8 +87,8 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
 void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
                               const std::vector<int32_t>& positions, const uint8_t* mask,
                               const std::vector<int32_t>& out_rows,
-                              const std::vector<int32_t>& exact_rows,
-                              std::vector<TokenId>* argmax, TokenSampler* sampler) {
+                              const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                              TokenSampler* sampler) {
     PYLA_CHECK(!tokens.empty() && positions.size() == tokens.size(), "bad step shapes");
     if (!exact_rows.empty() && static_cast<int>(tokens.size()) < min_decode_rows_) {
         // Pad with rows that repeat row 0 and see only themselves; their outputs are not read
@@ -200,9 +203,9 @@ void TorchStepModel::truncate(int rows) {
 void TorchStepModel::commit(const std::vector<int32_t>& src_rows) {
     for (size_t i = 0; i < src_rows.size(); ++i) {
         const int32_t src = src_rows[i];
-        PYLA_CHECK(src >= static_cast<int32_t>(i) && src < pending_rows_,
-                   "commit row " << src << " at index " << i << " of a " << pending_rows_
-                                 << "-row step");
+        PYLA_CHECK(
+            src >= static_cast<int32_t>(i) && src < pending_rows_,
+            "commit row " << src << " at index " << i << " of a " << pending_rows_ << "-row step");
         kv_.move_row(kv_len_ + src, kv_len_ + static_cast<int64_t>(i));
     }
     kv_len_ += static_cast<int>(src_rows.size());

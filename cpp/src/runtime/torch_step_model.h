@@ -23,8 +23,8 @@ class TorchStepModel : public StepModel {
     // thread's OpenMP count or 1; the thread's own setting is restored after each step).
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>& exact_rows,
-                      std::vector<TokenId>* argmax, TokenSampler* sampler) override;
+                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                      TokenSampler* sampler) override;
     // false: every step runs on the calling thread's own count (while calibrating step costs).
     void set_govern_threads(bool on) { govern_threads_ = on; }
     bool govern_threads() const { return govern_threads_; }
@@ -71,18 +71,18 @@ class TorchStepModel : public StepModel {
     int min_decode_rows_;
     KvCache kv_;
     int kv_len_ = 0;
-    int pending_rows_ = 0;               // step rows written by the last forward_step
+    int pending_rows_ = 0;  // step rows written by the last forward_step
     // [3, cap] int64: row 0 token ids, row 1 positions, row 2 out rows of the current step.
     // Host side pinned on CUDA; on the CPU both are the same tensor. Decode steps reuse them
     // (no per-step allocation; fixed addresses for a step of fixed shape).
     at::Tensor host_inputs_;
     at::Tensor device_inputs_;
-    std::vector<uint8_t> mask_key_;      // [T * T] the step mask last turned into mask_block_
-    at::Tensor mask_block_;              // [T, T] bool on device
-    ThreadGovernor governor_;            // kept across generations (what it learned holds)
+    std::vector<uint8_t> mask_key_;  // [T * T] the step mask last turned into mask_block_
+    at::Tensor mask_block_;          // [T, T] bool on device
+    ThreadGovernor governor_;        // kept across generations (what it learned holds)
     bool govern_threads_ = true;
     int successors_k_ = 0;
-    std::vector<TokenId> successors_;    // [R * k] of the last decode step
+    std::vector<TokenId> successors_;  // [R * k] of the last decode step
 };
 
 }  // namespace pylookahead

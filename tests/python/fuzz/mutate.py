@@ -13,8 +13,30 @@ TARGETS = ("safetensors", "config", "index", "pool")
 
 # Values that break parsers: boundaries of the integer widths, wrong types, odd strings.
 _ODD_JSON: list[Any] = [
-    0, -1, 1, 2**31 - 1, 2**31, 2**32, 2**32 + 1, 2**53 + 1, 2**63, 2**64, -(2**63), 1e308, -0.0, 0.5,
-    "", "\u0000", "\xff", "a" * 300, None, True, [], {}, [1, 2], {"a": 1},
+    0,
+    -1,
+    1,
+    2**31 - 1,
+    2**31,
+    2**32,
+    2**32 + 1,
+    2**53 + 1,
+    2**63,
+    2**64,
+    -(2**63),
+    1e308,
+    -0.0,
+    0.5,
+    "",
+    "\u0000",
+    "\xff",
+    "a" * 300,
+    None,
+    True,
+    [],
+    {},
+    [1, 2],
+    {"a": 1},
 ]
 _ODD_U32 = [0, 1, 2, 0xFF, 0xFFFF, 0x7FFFFFFF, 0x80000000, 0xFFFFFFFF]
 
@@ -33,9 +55,9 @@ def byte_mutation(draw: st.DrawFn, data: bytes) -> bytes:
         elif kind == "insert":
             out[at:at] = draw(st.binary(min_size=1, max_size=16))
         elif kind == "u32" and len(out) >= at + 4:
-            out[at:at + 4] = struct.pack("<I", draw(st.sampled_from(_ODD_U32)))
+            out[at : at + 4] = struct.pack("<I", draw(st.sampled_from(_ODD_U32)))
         elif kind == "u64" and len(out) >= at + 8:
-            out[at:at + 8] = struct.pack("<Q", draw(st.sampled_from([0, 7, 2**31, 2**63, 2**64 - 1])))
+            out[at : at + 8] = struct.pack("<Q", draw(st.sampled_from([0, 7, 2**31, 2**63, 2**64 - 1])))
     return bytes(out)
 
 
@@ -77,7 +99,7 @@ def json_mutation(draw: st.DrawFn, obj: Any) -> bytes:
 
 def safetensors_parts(data: bytes) -> tuple[dict[str, Any], bytes]:
     (n,) = struct.unpack("<Q", data[:8])
-    return json.loads(data[8:8 + n]), data[8 + n:]
+    return json.loads(data[8 : 8 + n]), data[8 + n :]
 
 
 @st.composite

@@ -50,7 +50,8 @@ double AlphaFit::alpha() const {
             double d = 0.0;
             for (const auto& kv : buckets_) {
                 const auto [b, gamma] = kv.first;
-                d += kv.second.first * expected_step_tokens(gamma, b, a, 0.0, 0.0) - kv.second.second;
+                d += kv.second.first * expected_step_tokens(gamma, b, a, 0.0, 0.0) -
+                     kv.second.second;
             }
             return d;
         };
@@ -138,8 +139,8 @@ double AcceptanceModel::verified_candidates(int window_size, int verification_se
 
 double AcceptanceModel::window_candidates(int window_size) const {
     if (window_size <= 0) return 0.0;
-    const double kappa = (kKappaPrior * kKappaWeight + window_count_sum_) /
-                         (kKappaWeight + window_count_units_);
+    const double kappa =
+        (kKappaPrior * kKappaWeight + window_count_sum_) / (kKappaWeight + window_count_units_);
     return kappa * window_units(window_size);
 }
 

@@ -32,7 +32,8 @@ class AlphaFit {
 
   private:
     double prior_alpha_, prior_weight_, max_weight_;
-    std::map<std::pair<int, int>, std::pair<double, double>> buckets_;  // (b, gamma) -> (w, w*tokens)
+    std::map<std::pair<int, int>, std::pair<double, double>>
+        buckets_;  // (b, gamma) -> (w, w*tokens)
     double total_weight_ = 0.0;
     mutable std::optional<double> cached_;
 };
@@ -76,8 +77,8 @@ class AcceptanceModel {
 
     std::vector<double> count_weight_;  // [kMaxCount + 1] history candidate count histogram
     double count_total_ = 0.0;
-    double window_count_sum_ = 0.0;     // sum of observed window candidates
-    double window_count_units_ = 0.0;   // sum of (1 + log2 W) over those steps
+    double window_count_sum_ = 0.0;    // sum of observed window candidates
+    double window_count_units_ = 0.0;  // sum of (1 + log2 W) over those steps
 };
 
 }  // namespace pylookahead

@@ -25,7 +25,8 @@ void AutoController::start(const std::vector<TokenId>& prompt) {
 }
 
 void AutoController::on_emitted(const TokenId* tokens, int n) {
-    for (int i = 0; i < n; ++i) shadow_->push(tokens[i], &planner_.acceptance(), &planner_.replay());
+    for (int i = 0; i < n; ++i)
+        shadow_->push(tokens[i], &planner_.acceptance(), &planner_.replay());
 }
 
 void AutoController::switch_to(int64_t step, const PlanChoice& choice, const char* reason,
@@ -64,7 +65,8 @@ int AutoController::max_step_tokens() const {
     return std::max(AutoPlanner::kMaxNgramSize, tree_rows() + 1);
 }
 
-std::optional<LookaheadConfig> AutoController::as_run(const std::optional<LookaheadConfig>& config) const {
+std::optional<LookaheadConfig> AutoController::as_run(
+    const std::optional<LookaheadConfig>& config) const {
     if (!config || config->window_size != 0 || tree_rows() == 0) return config;
     LookaheadConfig c = *config;
     c.tree_rows = tree_rows();
@@ -114,8 +116,8 @@ std::optional<LookaheadConfig> AutoController::plan_step(int64_t step) {
         // acceptance model predicted (chosen before any replay, or a window) gets no such
         // protection once the plan prefers a replayed one: plan() already found that it does not
         // beat the counted config by min_gain.
-        const bool counted_over_predicted = best.config && planner_.replayed(*best.config) &&
-                                            !planner_.replayed(*current_);
+        const bool counted_over_predicted =
+            best.config && planner_.replayed(*best.config) && !planner_.replayed(*current_);
         if (!best.config) {
             backoff_ = 0;
             switch_to(step, best, "plan", judged, greedy_s);

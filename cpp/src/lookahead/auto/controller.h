@@ -18,12 +18,12 @@ namespace pylookahead {
 // What the decode loop reports after each step to a StepPolicy.
 struct StepReport {
     int64_t step = 0;
-    double seconds = 0.0;        // wall time of the step
-    int tokens = 1;              // tokens it emitted (kept, after any stop)
-    int tokens_per_step = 1;     // T of its forward pass
-    int num_candidates = 0;      // lookahead: candidates verified
-    int window_candidates = 0;   // lookahead: of them from the Jacobi window
-    int window_matched = 0;      // lookahead: best match of a window candidate
+    double seconds = 0.0;       // wall time of the step
+    int tokens = 1;             // tokens it emitted (kept, after any stop)
+    int tokens_per_step = 1;    // T of its forward pass
+    int num_candidates = 0;     // lookahead: candidates verified
+    int window_candidates = 0;  // lookahead: of them from the Jacobi window
+    int window_matched = 0;     // lookahead: best match of a window candidate
 };
 
 // Chooses the configuration of every step of one generation (the decode loop's auto mode). The
@@ -127,9 +127,9 @@ class AutoController : public StepPolicy {
     // beside the run. Used by a judgement once they weigh kMinOwnGreedySteps.
     double window_greedy_steps_ = 0.0;
     double window_greedy_seconds_ = 0.0;
-    int64_t backoff_ = 0;            // greedy steps to wait after a fallback (0 = none)
-    int failed_ = 0;                 // consecutive lookahead runs judged slower than greedy
-    bool probing_ = false;           // the current lookahead run follows a fallback
+    int64_t backoff_ = 0;   // greedy steps to wait after a fallback (0 = none)
+    int failed_ = 0;        // consecutive lookahead runs judged slower than greedy
+    bool probing_ = false;  // the current lookahead run follows a fallback
 };
 
 }  // namespace pylookahead

@@ -71,8 +71,9 @@ void HistoryShadow::push(TokenId token, AcceptanceModel* model, ReplayStats* rep
         pending_.pop_front();
     }
     const NgramPool::Candidates cands = replay_pools_[gamma_ - 1].find(token);
-    pending_.push_back(Pending{idx, cands.count, weight,
-                               std::vector<TokenId>(cands.tokens, cands.tokens + cands.count * gamma_)});
+    pending_.push_back(
+        Pending{idx, cands.count, weight,
+                std::vector<TokenId>(cands.tokens, cands.tokens + cands.count * gamma_)});
     // This key's candidates in every replay pool, best first, as a step on it would pick them.
     NgramPool::context_before(history_.data(), idx, context);
     for (int len = 1; len <= gamma_; ++len) {

@@ -48,10 +48,10 @@ class HistoryShadow {
     void push(TokenId token, AcceptanceModel* model, ReplayStats* replay, double weight);
     void step_replays(int64_t idx, ReplayStats* replay, double weight);
     struct Pending {
-        int64_t index;                  // history index of the key
-        int count;                      // candidates offered
+        int64_t index;  // history index of the key
+        int count;      // candidates offered
         double weight;
-        std::vector<TokenId> tokens;    // [count * gamma]
+        std::vector<TokenId> tokens;  // [count * gamma]
     };
     struct Replay {
         int ngram_size, verification_set_size;

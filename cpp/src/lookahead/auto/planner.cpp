@@ -20,7 +20,7 @@ bool same_shape(const std::optional<LookaheadConfig>& a, const std::optional<Loo
 namespace {
 constexpr double kRealizedPrior = 8.0;  // pseudo-steps of the model's value per config
 constexpr double kRealizedMax = 64.0;
-constexpr double kBiasPrior = 4.0;     // pseudo tokens of gain, realized as predicted
+constexpr double kBiasPrior = 4.0;      // pseudo tokens of gain, realized as predicted
 constexpr double kBiasMaxGain = 256.0;  // predicted gain kept (older steps fade)
 }  // namespace
 
@@ -44,9 +44,10 @@ const std::vector<LookaheadConfig>& AutoPlanner::candidate_configs() {
             for (int g = 1; g <= kMaxReplayG; g *= 2) add(0, n, g);
         }
         // Smallest T first: among equal predictions the cheaper config wins.
-        std::stable_sort(out.begin(), out.end(), [](const LookaheadConfig& a, const LookaheadConfig& b) {
-            return a.tokens_per_step() < b.tokens_per_step();
-        });
+        std::stable_sort(out.begin(), out.end(),
+                         [](const LookaheadConfig& a, const LookaheadConfig& b) {
+                             return a.tokens_per_step() < b.tokens_per_step();
+                         });
         return out;
     }();
     return configs;
@@ -144,9 +145,8 @@ double AutoPlanner::step_seconds(const LookaheadConfig& config) const {
     double s = 0.0, total = 0.0;
     for (size_t c = 0; c < p.size(); ++c) {
         if (p[c] <= 0.0) continue;
-        const double b = acceptance_.verified_candidates(config.window_size,
-                                                         config.verification_set_size,
-                                                         static_cast<int>(c));
+        const double b = acceptance_.verified_candidates(
+            config.window_size, config.verification_set_size, static_cast<int>(c));
         const int lo = static_cast<int>(std::floor(b));
         const double frac = b - lo;
         double t = costs_.seconds(base + lo * len);

@@ -23,7 +23,7 @@ struct PlanChoice {
     std::optional<LookaheadConfig> config;  // nullopt: greedy steps
     double expected_tokens = 1.0;           // per step
     double seconds_per_step = 0.0;
-    double speedup = 1.0;                   // predicted tokens/s over greedy's
+    double speedup = 1.0;  // predicted tokens/s over greedy's
 };
 
 // The models of one Session plus the choice among a fixed set of configs.
@@ -95,7 +95,8 @@ class AutoPlanner {
     AcceptanceModel acceptance_;
     ReplayStats replay_;
     bool fixed_shapes_ = false;
-    std::map<std::tuple<int, int, int>, std::pair<double, double>> realized_;  // (W,N,G) -> (n, sum)
+    std::map<std::tuple<int, int, int>, std::pair<double, double>>
+        realized_;                 // (W,N,G) -> (n, sum)
     double realized_gain_ = 0.0;   // sum over model-predicted lookahead steps of (tokens - 1)
     double predicted_gain_ = 0.0;  // sum over them of (model's tokens per step - 1)
 };

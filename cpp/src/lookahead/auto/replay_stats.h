@@ -15,7 +15,8 @@ class ReplayStats {
   public:
     static constexpr double kMaxSteps = 256.0;
     // A replayed step of (N, G) that emitted `tokens` and verified `candidates` (<= G).
-    void record(int ngram_size, int verification_set_size, int tokens, int candidates, double weight);
+    void record(int ngram_size, int verification_set_size, int tokens, int candidates,
+                double weight);
     double steps(int ngram_size, int verification_set_size) const;
     // Mean emitted tokens per step (1 before any step).
     double tokens_per_step(int ngram_size, int verification_set_size) const;

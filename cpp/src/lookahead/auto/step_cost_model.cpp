@@ -50,8 +50,10 @@ void StepCostModel::set_table(std::vector<StepCost> table) {
         }
     }
     if (table.front().tokens != 1) {
-        throw ConfigError("step cost table must have an entry for 1 token (a greedy step); "
-                          "smallest given: " + std::to_string(table.front().tokens));
+        throw ConfigError(
+            "step cost table must have an entry for 1 token (a greedy step); "
+            "smallest given: " +
+            std::to_string(table.front().tokens));
     }
     table_ = std::move(table);
     clear_measurements();
