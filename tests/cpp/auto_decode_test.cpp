@@ -303,8 +303,8 @@ TEST(AutoDecode, KvRoomCapsTheTokensPerStep) {
         EXPECT_LE((d.window_size + d.verification_set_size) * (d.ngram_size - 1), 12);
     }
     AutoController too_wide(planner, {}, 13);
-    request.policy =
-        &too_wide;  // Session::generate caps the policy to the room; the loop checks it
+    // Session::generate caps the policy to the room; the loop checks it.
+    request.policy = &too_wide;
     EXPECT_THROW(run_decode(lm, request, nullptr), InternalError);
 }
 

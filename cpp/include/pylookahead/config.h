@@ -28,8 +28,8 @@ struct LookaheadConfig {
     int window_size = 4;            // W: lookahead columns (>= 0); also n-grams harvested per step
     int ngram_size = 4;             // N: n-gram length (>= 2); a step emits at most N tokens
     int verification_set_size = 4;  // G: candidates verified per step (>= 0)
-    bool seed_from_prompt =
-        true;           // put every n-gram of the prompt and of the accepted text in the pool
+    // Put every n-gram of the prompt and of the accepted text in the pool.
+    bool seed_from_prompt = true;
     uint64_t seed = 0;  // seeds the random initial window (drawn from prompt tokens)
 
     // Draft tree (docs/design.md, "Draft tree"). tree_rows = R > 0: the proposals of every draft
@@ -159,8 +159,8 @@ struct EngineConfig {
 
 // Per-Session options.
 struct SessionConfig {
-    int kv_capacity = 0;  // KV cache rows (prompt + new tokens + one step); 0 =
-                          // min(max_position_embeddings, 4096)
+    // KV cache rows (prompt + new tokens + one step); 0 = min(max_position_embeddings, 4096).
+    int kv_capacity = 0;
 
     // Throws ConfigError if kv_capacity < 0. The upper bound (the model's max_position_embeddings,
     // or its sliding window) is checked by the Session constructor.

@@ -50,8 +50,7 @@ struct ModelInfo {
     // (the CPU's, under any PYLOOKAHEAD_CPU_ISA cap).
     std::string cpu_isa;
     // Formats of the linear weights: "none" (dtype), "int8" or "int4" (quantized at load, or
-    // GGUF blocks of that format kept), "gguf" (a GGUF file's Q8_0/Q5_0/Q4_0/Q4_1 weights as they
-    // are).
+    // GGUF blocks of that format kept), "gguf" (a GGUF file's Q8_0/Q5_0/Q4_0/Q4_1 weights as they are).
     std::string quantize = "none";
     bool quantize_lm_head = false;  // whether the lm_head is held quantized
     // How the linear weights were taken, by source, e.g. "Q4_1: 150 as they are (int4)",
@@ -150,8 +149,8 @@ class Session {
     // (T = 1, 4, 8, 16, 32, 64, and 128, 256 while a step of 64 costs under 2.5 greedy steps),
     // each the median of 3 runs after a warm-up, over 128 dummy rows placed after the rows the
     // cache holds (which stay reusable; when fewer than 128 rows are free after them the cache
-    // is emptied instead; fewer dummy rows in a small cache). Returns the table (ascending T, the
-    // first T = 1); later calls return it without measuring. Takes roughly 30 forward passes.
+    // is emptied instead; fewer dummy rows in a small cache). Returns the table (ascending T, the first T = 1); later
+    // calls return it without measuring. Takes roughly 30 forward passes.
     std::vector<StepCost> calibrate();
     // Replaces the table (e.g. one measured earlier, or a synthetic one for tests) and forgets
     // the step times measured so far. Throws ConfigError unless every tokens is in [1, 4096] and

@@ -83,10 +83,10 @@ struct GenerationStats {
     // index 0 unused. Its size is N + 1 (2 for greedy; for automatic lookahead, the largest N it
     // may choose + 1).
     std::vector<int64_t> accept_histogram;
-    int64_t accepted_from_prompt =
-        0;  // steps whose accepted n-gram was seeded from prompt/accepted text
-    int64_t accepted_from_window =
-        0;  // steps whose accepted n-gram was harvested from the Jacobi window
+    // Steps whose accepted n-gram was seeded from prompt/accepted text.
+    int64_t accepted_from_prompt = 0;
+    // Steps whose accepted n-gram was harvested from the Jacobi window.
+    int64_t accepted_from_window = 0;
     // Accepted draft tokens (the bonus tokens not counted) by the source that proposed them:
     // [0] history n-grams of the pool (seeded from the prompt and the output), [1] Jacobi-window
     // n-grams, [2] suffix lookup, [3] token recycling (draft_source_names() order).

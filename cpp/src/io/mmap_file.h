@@ -8,8 +8,7 @@ namespace pylookahead {
 
 class MmapFile {
   public:
-    // Maps `path` read-only. Throws ModelLoadError naming the file if it cannot be opened or
-    // mapped.
+    // Maps `path` read-only. Throws ModelLoadError naming the file if it cannot be opened or mapped.
     explicit MmapFile(const std::string& path);
     ~MmapFile();
     MmapFile(const MmapFile&) = delete;

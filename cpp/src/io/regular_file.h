@@ -1,6 +1,6 @@
-// Opening (and replacing) the files a checkpoint or a pool consists of, refusing anything that is
-// not a regular file (a FIFO would block open() or read() forever, a directory or device reads
-// garbage). std-only (POSIX).
+// Opening (and replacing) the files a checkpoint or a pool consists of, refusing anything that is not a regular
+// file (a FIFO would block open() or read() forever, a directory or device reads garbage).
+// std-only (POSIX).
 #pragma once
 
 #include <optional>

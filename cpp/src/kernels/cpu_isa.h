@@ -4,8 +4,8 @@
 //   PYLOOKAHEAD_CPU_ISA=avx512bf16|avx512|avx2|generic   caps the level (never raises it)
 //
 // The cap lets a machine with AVX-512 prove the AVX2 and generic paths (CI runs the exactness
-// tests under PYLOOKAHEAD_CPU_ISA=avx2 beside ONEDNN_MAX_CPU_ISA=AVX2 and
-// ATEN_CPU_CAPABILITY=avx2). Levels are ordered: each one includes the ones below it.
+// tests under PYLOOKAHEAD_CPU_ISA=avx2 beside ONEDNN_MAX_CPU_ISA=AVX2 and ATEN_CPU_CAPABILITY=avx2).
+// Levels are ordered: each one includes the ones below it.
 #pragma once
 
 #include <string>

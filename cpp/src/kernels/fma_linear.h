@@ -13,15 +13,13 @@
 // range or thread:  acc = 0; for k ascending: acc = acc + x[r][k] * w[c][k];  y = acc (+ bias[c]),
 // where `+ *` is one fused multiply-add on the avx2 path and a product then a sum (no fusion) on
 // the generic path. Quantized formats (groups of 32 inputs, values q, scale d, offset m) use
-//   acc = 0; for each group ascending: s = 0; for k in the group's order: s = s + x[r][k] *
-//   q[c][k];
+//   acc = 0; for each group ascending: s = 0; for k in the group's order: s = s + x[r][k] * q[c][k];
 //                                      acc = acc + s * d[c];  kQ4 also: acc = acc + xsum * m[c]
 // where the group's order is k ascending for kQ8 and (j, j + 16) for j = 0..15 for kQ4 (the two
 // nibbles of a byte),
 // and xsum the group's x[r][k] summed left to right (plain adds), so each weight costs one
-// conversion and one multiply-add, and the scales one per group. Rows therefore get the same bits
-// at 1 row as at 100 (the two paths differ from each other, so one process uses one path for every
-// step).
+// conversion and one multiply-add, and the scales one per group. Rows therefore get the same bits at 1 row as at 100 (the two paths differ
+// from each other, so one process uses one path for every step).
 #pragma once
 
 #include <cstdint>

@@ -13,8 +13,7 @@
 //   block b, group g at byte (b * k / 32 + g) * quant_group_bytes(format):
 //     kQ8: fp16 d[8], int8 q[32][8]                 (q[i][l]: input 32 g + i of column 8 b + l)
 //     kQ4: fp16 d[8], fp16 m[8], uint8 q[16][8]     (q[j][l]: inputs 32 g + j in the low nibble,
-//                                                    32 g + j + 16 in the high one, of column 8 b +
-//                                                    l)
+//                                                    32 g + j + 16 in the high one, of column 8 b + l)
 // Columns past n are zero (d = m = 0).
 #pragma once
 

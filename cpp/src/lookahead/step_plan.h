@@ -49,8 +49,8 @@ struct StepPlan {
 };
 
 // window: the layout of the window alone (a budget with G = 0), cells: the window's tokens
-// (JacobiWindow::cells(), empty when W = 0; cell 0 is replaced by x), nodes: the tree (moved in),
-// pad_to: rows of tree + padding (>= nodes.size()). Reuses plan's storage.
+// (JacobiWindow::cells(), empty when W = 0; cell 0 is replaced by x), nodes: the tree (moved in), pad_to: rows
+// of tree + padding (>= nodes.size()). Reuses plan's storage.
 void build_step_plan(const StepLayout& window, const std::vector<TokenId>& cells, TokenId x,
                      std::vector<TreeNode>&& nodes, int pad_to, StepPlan* plan);
 

@@ -81,24 +81,23 @@ PYLA_BF16_TARGET void run_blocks(const uint16_t* x, int64_t rows, int64_t x_stri
             if (!full) {
                 for (int64_t bb = b; bb < b1; ++bb) {
                     switch (m) {
-#define PYLA_CASE(M) \
-    case M: tile<M, 1>(xr, x_stride, kp_count, packed, bb, bias, yr, n, n); break;
-                        PYLA_CASE(1)
-                        PYLA_CASE(2)
-                        PYLA_CASE(3)
-                        PYLA_CASE(4) PYLA_CASE(5) PYLA_CASE(6) PYLA_CASE(7) PYLA_CASE(8)
+                        // clang-format off
+#define PYLA_CASE(M) case M: tile<M, 1>(xr, x_stride, kp_count, packed, bb, bias, yr, n, n); break;
+                        PYLA_CASE(1) PYLA_CASE(2) PYLA_CASE(3) PYLA_CASE(4)
+                        PYLA_CASE(5) PYLA_CASE(6) PYLA_CASE(7) PYLA_CASE(8)
 #undef PYLA_CASE
+                        // clang-format on
                     }
                 }
                 continue;
             }
             switch (m) {
-#define PYLA_CASE(M) \
-    case M: tile<M, NB>(xr, x_stride, kp_count, packed, b, bias, yr, n, n); break;
-                PYLA_CASE(1)
-                PYLA_CASE(2)
-                PYLA_CASE(3) PYLA_CASE(4) PYLA_CASE(5) PYLA_CASE(6) PYLA_CASE(7) PYLA_CASE(8)
+                // clang-format off
+#define PYLA_CASE(M) case M: tile<M, NB>(xr, x_stride, kp_count, packed, b, bias, yr, n, n); break;
+                PYLA_CASE(1) PYLA_CASE(2) PYLA_CASE(3) PYLA_CASE(4)
+                PYLA_CASE(5) PYLA_CASE(6) PYLA_CASE(7) PYLA_CASE(8)
 #undef PYLA_CASE
+                // clang-format on
             }
         }
     }

@@ -24,8 +24,7 @@ bool bf16_linear_supported();
 at::Tensor bf16_linear_pack(const at::Tensor& weight);
 
 // x [M, K] bf16 (rows contiguous), packed from bf16_linear_pack() of an [N, K] weight, bias [N]
-// (fp32 best, bf16 converted per call, or undefined) -> [M, N] bf16: round-to-nearest-even of (x
-// W^T + bias) computed in fp32.
+// (fp32 best, bf16 converted per call, or undefined) -> [M, N] bf16: round-to-nearest-even of (x W^T + bias) computed in fp32.
 at::Tensor bf16_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
                        const at::Tensor& bias);
 

@@ -24,8 +24,8 @@ WeightFormat fma_linear_format(const at::Tensor& packed);
 int64_t fma_linear_k(const at::Tensor& packed);
 
 // x [M, K] (any float dtype; widened to fp32, exact for fp16/bf16), packed from
-// fma_linear_pack() or fma_linear_quantize() of an [N, K] weight, bias [N] fp32 or undefined -> [M,
-// N] in `out_dtype`: the fp32 result of kernels/fma_linear.h rounded to nearest even.
+// fma_linear_pack() or fma_linear_quantize() of an [N, K] weight, bias [N] fp32 or undefined -> [M, N] in `out_dtype`:
+// the fp32 result of kernels/fma_linear.h rounded to nearest even.
 at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
                       const at::Tensor& bias, CpuIsa path, at::ScalarType out_dtype);
 

@@ -223,8 +223,7 @@ Transformer::Transformer(const std::string& path, ModelConfig config, at::Scalar
     }
     r.check_all_used();
     inv_freq_ = rope_inv_freq(c).to(device);
-    // Quantized when asked for, or when a GGUF file holds linear weights the kernels read as they
-    // are.
+    // Quantized when asked for, or when a GGUF file holds linear weights the kernels read as they are.
     quantized_ = quantize_.mode == Quantization::Mode::kFormat;
     if (quantize_.mode == Quantization::Mode::kAuto) {
         for (size_t i = 0; i < gguf_parts_.size(); ++i) {

@@ -98,8 +98,8 @@ class Transformer {
     // True when the CPU linear weights are held pre-packed (oneDNN's or bf16_linear's layout).
     bool packed_weights() const { return kernel_ != LinearKernel::kAten; }
     // Fewest rows a decode step must run so that every row's result has the same bits as in a
-    // step of any other size >= that: 1 with the engine's kernels (row-invariant by construction),
-    // 2 with oneDNN-packed weights or bf16/fp16 (the GEMMs differ at M = 1), 4 for MKL fp32/fp64
+    // step of any other size >= that: 1 with the engine's kernels (row-invariant by construction), 2 with
+    // oneDNN-packed weights or bf16/fp16 (the GEMMs differ at M = 1), 4 for MKL fp32/fp64
     // (measured on the CPUs here; see docs/design.md).
     int min_invariant_rows() const;
 

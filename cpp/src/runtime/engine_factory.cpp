@@ -106,8 +106,7 @@ std::unique_ptr<Transformer> load_transformer(const std::string& model_dir,
     info.eos_token_ids = config.eos_token_ids;
     info.cpu_isa = cpu_isa_name(cpu_isa());
     Transformer::Quantization quantize = parse_quantize(engine.quantize, engine.quantize_lm_head);
-    // "auto" keeps a GGUF's blocks where the engine's CPU kernels can read them; elsewhere it is
-    // "none".
+    // "auto" keeps a GGUF's blocks where the engine's CPU kernels can read them; elsewhere it is "none".
     if (quantize.mode == Transformer::Quantization::Mode::kAuto && !device.is_cpu()) {
         quantize.mode = Transformer::Quantization::Mode::kNone;
     }

@@ -1,6 +1,5 @@
-// The step-cost model of automatic lookahead and draft-tree sizing (std-only): seconds of one
-// decode step against its tokens per step, from a calibrated table corrected by measured step
-// times.
+// The step-cost model of automatic lookahead and draft-tree sizing (std-only): seconds of one decode
+// step against its tokens per step, from a calibrated table corrected by measured step times.
 #pragma once
 
 #include <deque>
