@@ -222,7 +222,7 @@ def _run_llama_cpp_server(
         return f"not run: llama-cpp-python's server is not installed ({e})"
     port = _free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
-           "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads), "--n_ctx", "2048",
+           "--n_threads", str(args.threads), "--n_threads_batch", str(args.threads), "--n_ctx", "2048", "--interrupt_requests", "False",
            "--verbose", "False"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
