@@ -32,9 +32,13 @@ NgramPool LookaheadAlgorithm::pool() const {
 
 void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first_token,
                                bool keep_pool) {
-    const SharedPool::Texts kept = shared_->start_run(
-        config_.ngram_size - 1, NgramPool::kept_per_key(config_.verification_set_size), keep_pool);
-    if (suffix_) suffix_->start(&kept, prompt, first_token);
+    shared_->start_run(config_.ngram_size - 1,
+                       NgramPool::kept_per_key(config_.verification_set_size), keep_pool);
+    if (suffix_) {
+        // The earlier texts only when kept: a copy, taken only by the source that searches them.
+        const SharedPool::Texts kept = keep_pool ? shared_->texts() : SharedPool::Texts();
+        suffix_->start(&kept, prompt, first_token);
+    }
     history_.clear();
     recent_.assign(NgramPool::kContextLen + 1, NgramPool::kUnknown);
     push_recent(prompt.data(), static_cast<int>(prompt.size()));

@@ -7,20 +7,19 @@ int64_t SharedPool::size() const {
     return pool_.size();
 }
 
-SharedPool::Texts SharedPool::start_run(int ngram_len, int capacity, bool keep) {
+void SharedPool::start_run(int ngram_len, int capacity, bool keep) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!keep) {
         pool_ = NgramPool(ngram_len, capacity);
         texts_.clear();
         text_tokens_ = 0;
-        return {};
+        return;
     }
     if (pool_.ngram_len() < ngram_len && !texts_.empty()) {
         pool_ = pool_from_texts_locked(ngram_len, capacity);  // cutting cannot lengthen the entries
     } else if (pool_.ngram_len() != ngram_len || pool_.capacity() != capacity) {
         pool_ = pool_.reshaped(ngram_len, capacity);
     }
-    return texts_;
 }
 
 void SharedPool::add_text(std::vector<TokenId> text) {

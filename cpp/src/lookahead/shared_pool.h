@@ -31,8 +31,8 @@ class SharedPool {
     int64_t size() const;  // n-grams held
     // Shapes the pool for a run with n-grams of `ngram_len` tokens after the key, `capacity` per
     // key. keep = false empties the pool and its texts; keep = true rebuilds it from the texts when
-    // ngram_len grew, else reshapes it. Returns the texts kept (a copy; empty when !keep).
-    Texts start_run(int ngram_len, int capacity, bool keep);
+    // ngram_len grew, else reshapes it.
+    void start_run(int ngram_len, int capacity, bool keep);
     // Runs f(const NgramPool&) / f(NgramPool&) under the lock and returns its result. `f` must not
     // call back into this SharedPool, nor keep references into the pool after it returns.
     template <class F>
