@@ -88,7 +88,7 @@ std::vector<unsigned char> pack(const Problem& p, WeightFormat format, CpuIsa pa
 float model_element(CpuIsa path, const float* x, const float* w, int64_t k, const float* bias) {
     float acc = 0.0f;
     for (int64_t i = 0; i < k; ++i) {
-        if (path == CpuIsa::kAvx2) {
+        if (path != CpuIsa::kGeneric) {
             acc = std::fma(x[i], w[i], acc);
         } else {
             volatile float prod = x[i] * w[i];  // rounded on its own: no fusion
@@ -98,9 +98,12 @@ float model_element(CpuIsa path, const float* x, const float* w, int64_t k, cons
     return bias ? acc + *bias : acc;
 }
 
+// Every path this CPU can run (under any PYLOOKAHEAD_CPU_ISA cap).
 std::vector<CpuIsa> paths_here() {
     std::vector<CpuIsa> paths = {CpuIsa::kGeneric};
-    if (fma_linear_path(cpu_isa()) == CpuIsa::kAvx2) paths.push_back(CpuIsa::kAvx2);
+    for (CpuIsa path : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+        if (fma_linear_path(cpu_isa()) >= path) paths.push_back(path);
+    }
     return paths;
 }
 
@@ -230,7 +233,7 @@ float model_quant_element(CpuIsa path, WeightFormat format, const float* x,
                           const unsigned char* packed, int64_t n, int64_t k, int64_t c,
                           const float* bias) {
     auto madd = [&](float acc, float a, float b) {
-        if (path == CpuIsa::kAvx2) return std::fma(a, b, acc);
+        if (path != CpuIsa::kGeneric) return std::fma(a, b, acc);
         volatile float prod = a * b;
         return acc + prod;
     };
@@ -256,9 +259,10 @@ class QuantLinear : public ::testing::TestWithParam<WeightFormat> {};
 
 TEST_P(QuantLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
     const WeightFormat format = GetParam();
-    // n = 45: five full blocks and a partial one; k = 96: three groups. Rows: every count up to 13
-    // (both code paths, every tile shape) and around the 32 rows kept in memory at a time.
-    const int64_t n = 45, k = 96, max_rows = 40;
+    // n = 69: four full blocks and a partial one (columns 64-68; its second 8 lanes are padding);
+    // k = 96: three groups. Rows: every count up to 13 (both code paths, every tile shape) and
+    // around the 32 rows kept in memory at a time.
+    const int64_t n = 69, k = 96, max_rows = 40;
     std::vector<int64_t> row_counts;
     for (int64_t r = 1; r <= 13; ++r) row_counts.push_back(r);
     for (int64_t r : {31, 32, 33, 40}) row_counts.push_back(r);
@@ -270,7 +274,7 @@ TEST_P(QuantLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
     std::vector<float> x(max_rows * k), bias(n);
     for (float& v : x) v = u(rng);
     for (float& v : bias) v = u(rng);
-    const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock;
+    const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
     for (CpuIsa path : paths_here()) {
         for (bool with_bias : {false, true}) {
             for (int64_t rows : row_counts) {
@@ -309,7 +313,7 @@ TEST_P(QuantLinear, CloseToFloat64OfTheDequantizedWeights) {
     for (CpuIsa path : paths_here()) {
         std::vector<float> y(rows * n);
         fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), 0,
-                          (n + kFmaLinearBlock - 1) / kFmaLinearBlock, nullptr, y.data(), n, n);
+                          (n + kQuantBlock - 1) / kQuantBlock, nullptr, y.data(), n, n);
         for (int64_t r = 0; r < rows; ++r) {
             for (int64_t c = 0; c < n; ++c) {
                 double ref = 0, mag = 0;
@@ -377,7 +381,7 @@ TEST(QuantFormat, SetGroupPlacesGgufBlocks) {
     std::vector<unsigned char> packed(quant_packed_bytes(WeightFormat::kQ4, n, k), 0);
     int8_t q[kQuantGroup];
     for (int i = 0; i < kQuantGroup; ++i) q[i] = static_cast<int8_t>(i % 16);
-    // Column 8 (lane 0 of the second block), group 1: d = 0.5, m = -1.
+    // Column 8 (lane 8 of the first block), group 1: d = 0.5, m = -1.
     quant_set_group(WeightFormat::kQ4, packed.data(), n, k, 8, 1, fp16_from_float(0.5f),
                     fp16_from_float(-1.0f), q);
     std::vector<float> w(n * k);

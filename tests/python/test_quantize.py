@@ -8,11 +8,13 @@ What is checked, through the public API:
   tied or untied lm_head, with the lm_head quantized or kept;
 * lookahead equals greedy of the *same* quantized model exactly, on both of the engine's kernels (avx2,
   generic) and in float32 and bfloat16 activations, over a (W, N, G) grid, on tiny models and on SmolLM2;
+* the avx2 kernel's 16-lane (AVX-512) and 8-lane tiles give the same bits;
 * ModelInfo reports the format, the bytes held and the load time; bad options are ValueErrors naming the rule.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -22,6 +24,7 @@ import torch
 
 from kernel_support import kernels_here
 from pylookahead import LookaheadConfig, Model, Session
+from subproc import run_python
 from tiny_models import TINY_VOCAB_SIZE, load_hf
 from tolerances import LOGITS_ATOL, assert_same_tokens
 
@@ -133,6 +136,35 @@ def test_tiny_quantized_lookahead_equals_greedy(tiny_model_factory, arch, tied, 
             out = session.generate(prompt, max_new_tokens=40, lookahead=cfg)
             assert out.token_ids == greedy.token_ids, (arch, fmt, dtype, kernel, seed, (w, n, g))
         assert session.generate(prompt, max_new_tokens=40, lookahead="auto").token_ids == greedy.token_ids
+
+
+_PATHS_CHILD = """
+import json, sys
+from pylookahead import Model, Session
+out = {}
+for fmt in ("int8", "int4"):
+    model = Model(sys.argv[1], dtype="float32", quantize=fmt, quantize_lm_head=True)
+    logits = Session(model).prompt_logits([int(t) for t in sys.argv[2].split(",")])
+    out[fmt] = {"isa": model.info.cpu_isa, "bits": logits.view("uint32").tolist()}
+print(json.dumps(out))
+"""
+
+
+def test_tiny_quantized_avx512_tiles_give_the_avx2_bits(tiny_model_factory) -> None:
+    """On an AVX-512 CPU the avx2 kernel reads quantized weights with 16-lane tiles; under the avx2 cap it takes the
+    8-lane ones. Both run one sequence per element (kernels/fma_linear.h), so every prompt logit has the same bits."""
+    model_dir = tiny_model_factory("qwen2", seed=29)
+    prompt = ",".join(str(t) for t in tiny_prompt(4) * 3)
+    runs = {cap: run_python(_PATHS_CHILD, str(model_dir), prompt, env={"PYLOOKAHEAD_CPU_ISA": cap})
+            for cap in ("avx512", "avx2")}  # fmt: skip
+    for cap, proc in runs.items():
+        assert proc.returncode == 0, (cap, proc.stderr)
+    out = {cap: json.loads(proc.stdout) for cap, proc in runs.items()}
+    if out["avx512"]["int8"]["isa"] != "avx512":
+        pytest.skip(f"this CPU is {out['avx512']['int8']['isa']}: no 16-lane tiles to compare")
+    for fmt in ("int8", "int4"):
+        assert out["avx2"][fmt]["isa"] == "avx2"
+        assert out["avx512"][fmt]["bits"] == out["avx2"][fmt]["bits"], fmt
 
 
 def test_tiny_quantized_info(tiny_model_factory) -> None:

@@ -40,7 +40,8 @@ struct ModelInfo {
     std::vector<TokenId> eos_token_ids;  // from generation_config.json, else config.json
     bool packed_weights = false;         // CPU linear weights pre-packed (docs/design.md)
     // Kernel of the linear layers: "bf16-avx512" (bf16 on a CPU with AVX512-BF16), "avx2"
-    // (fp32, fp16, bf16 on a CPU with AVX2 + FMA + F16C), "onednn" (oneDNN's packed linear),
+    // (fp32, fp16, bf16 on a CPU with AVX2 + FMA + F16C; quantized weights on 16-lane AVX-512
+    // tiles where cpu_isa is avx512 or above, with the same bits), "onednn" (oneDNN's packed linear),
     // "generic" (the engine's kernel without SIMD assumptions), "aten" (at::linear: fp64, CUDA).
     std::string linear_kernel = "aten";
     // The kernels `auto` passed over before linear_kernel, each "name: reason" (the dtype, what

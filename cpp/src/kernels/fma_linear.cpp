@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "check.h"
+#include "kernels/quant_format.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -57,6 +58,7 @@ inline float group_sum(const float* x) {
 // -ffp-contract=off, so the compiler may not fuse them in some tiles and not in others).
 namespace generic {
 #define PYLA_TILE_TARGET
+constexpr int64_t kLanes = kFmaLinearBlock;
 constexpr bool kReadsF16 = false;
 inline __attribute__((always_inline)) V madd(V acc, V x, V w) { return acc + x * w; }
 template <WeightFormat F>
@@ -99,6 +101,7 @@ inline __attribute__((always_inline)) void load_q4(const unsigned char* p, V* lo
     *lo = __builtin_convertvector(q & 0xf, V);
     *hi = __builtin_convertvector(q >> 4, V);
 }
+#include "kernels/fma_linear_qtiles.inc"
 #include "kernels/fma_linear_tiles.inc"
 #undef PYLA_TILE_TARGET
 }  // namespace generic
@@ -107,6 +110,7 @@ inline __attribute__((always_inline)) void load_q4(const unsigned char* p, V* lo
 // ---- avx2: one fused multiply-add per weight and row (VFMADD231PS), F16C for fp16 weights.
 namespace avx2 {
 #define PYLA_TILE_TARGET __attribute__((target("avx2,fma,f16c")))
+constexpr int64_t kLanes = kFmaLinearBlock;
 constexpr bool kReadsF16 = true;
 PYLA_TILE_TARGET inline __attribute__((always_inline)) V madd(V acc, V x, V w) {
     return (V)_mm256_fmadd_ps((__m256)x, (__m256)w, (__m256)acc);
@@ -135,15 +139,50 @@ PYLA_TILE_TARGET inline __attribute__((always_inline)) void load_q4(const unsign
     *lo = (V)_mm256_cvtepi32_ps(_mm256_and_si256(q, _mm256_set1_epi32(0xf)));
     *hi = (V)_mm256_cvtepi32_ps(_mm256_srli_epi32(q, 4));
 }
+#include "kernels/fma_linear_qtiles.inc"
 #include "kernels/fma_linear_tiles.inc"
 #undef PYLA_TILE_TARGET
 }  // namespace avx2
+
+// ---- avx512: the avx2 path's operations on 16 lanes (one quantized block per vector), for the
+// quantized formats; VFMADD231PS per lane is the same IEEE operation at either width.
+// (GCC 12 warns of `__Y` in its own AVX-512 headers: _mm512_undefined_* read as uninitialized.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace avx512 {
+#define PYLA_TILE_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+constexpr int64_t kLanes = 16;
+typedef float V __attribute__((vector_size(kLanes * sizeof(float))));
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V splat(float x) {
+    return (V)_mm512_set1_ps(x);
+}
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V madd(V acc, V x, V w) {
+    return (V)_mm512_fmadd_ps((__m512)x, (__m512)w, (__m512)acc);
+}
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_scales(const unsigned char* p) {
+    return (V)_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+PYLA_TILE_TARGET inline __attribute__((always_inline)) V load_q8(const unsigned char* p) {
+    return (V)_mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+PYLA_TILE_TARGET inline __attribute__((always_inline)) void load_q4(const unsigned char* p, V* lo,
+                                                                    V* hi) {
+    const __m512i q = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    *lo = (V)_mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0xf)));
+    *hi = (V)_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
+}
+#include "kernels/fma_linear_qtiles.inc"
+#undef PYLA_TILE_TARGET
+}  // namespace avx512
+#pragma GCC diagnostic pop
 #endif
 
 }  // namespace
 
 CpuIsa fma_linear_path(CpuIsa isa) {
 #if PYLA_HAVE_AVX2_PATH
+    if (isa >= CpuIsa::kAvx512) return CpuIsa::kAvx512;
     return isa >= CpuIsa::kAvx2 ? CpuIsa::kAvx2 : CpuIsa::kGeneric;
 #else
     (void)isa;
@@ -152,7 +191,7 @@ CpuIsa fma_linear_path(CpuIsa isa) {
 }
 
 bool fma_linear_reads(CpuIsa path, WeightFormat format) {
-    return format != WeightFormat::kF16 || path == CpuIsa::kAvx2;
+    return format != WeightFormat::kF16 || path != CpuIsa::kGeneric;
 }
 
 void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t rows,
@@ -166,7 +205,11 @@ void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t
                "fma_linear_blocks: quantized weights need k a multiple of 32 (got " << k << ")");
     if (rows <= 0 || b0 >= b1) return;
 #if PYLA_HAVE_AVX2_PATH
-    if (path == CpuIsa::kAvx2) {
+    if (path == CpuIsa::kAvx512 && is_quantized(format)) {
+        return avx512::run_quantized(format, x, rows, x_stride, k, packed, b0, b1, bias, y,
+                                     y_stride, n);
+    }
+    if (path >= CpuIsa::kAvx2) {
         return avx2::run(format, x, rows, x_stride, k, packed, b0, b1, bias, y, y_stride, n);
     }
 #endif

@@ -10,7 +10,7 @@ namespace pylookahead {
 
 namespace {
 
-constexpr int64_t kLanes = kFmaLinearBlock;
+constexpr int64_t kLanes = kQuantBlock;
 
 // Byte offset of the record of (block, group).
 int64_t record_at(WeightFormat format, int64_t k, int64_t block, int64_t group) {
@@ -41,8 +41,8 @@ bool is_quantized(WeightFormat format) {
 }
 
 int64_t quant_group_bytes(WeightFormat format) {
-    if (format == WeightFormat::kQ8) return kLanes * 2 + kQuantGroup * kLanes;      // 272
-    if (format == WeightFormat::kQ4) return kLanes * 4 + kQuantGroup * kLanes / 2;  // 160
+    if (format == WeightFormat::kQ8) return kLanes * 2 + kQuantGroup * kLanes;      // 544
+    if (format == WeightFormat::kQ4) return kLanes * 4 + kQuantGroup * kLanes / 2;  // 320
     return 0;
 }
 

@@ -8,12 +8,13 @@
 // computed in fp32 (q * d is exact there: d is an fp16, |q| < 2^8). The kernel scales per group
 // (fma_linear.h); quant_unpack() gives the dequantized weights, the reference of its tolerance.
 //
-// Layout of W [n, k] (k a multiple of 32): blocks of 8 output columns, as the float formats, and
-// within a block one record per group, groups ascending:
+// Layout of W [n, k] (k a multiple of 32): blocks of kQuantBlock = 16 output columns (one 512-bit
+// vector of fp32 lanes; 8-lane code reads lanes 0-7 and 8-15 as two halves), and within a block
+// one record per group, groups ascending:
 //   block b, group g at byte (b * k / 32 + g) * quant_group_bytes(format):
-//     kQ8: fp16 d[8], int8 q[32][8]                 (q[i][l]: input 32 g + i of column 8 b + l)
-//     kQ4: fp16 d[8], fp16 m[8], uint8 q[16][8]     (q[j][l]: inputs 32 g + j in the low nibble,
-//                                                    32 g + j + 16 in the high one, of column 8 b + l)
+//     kQ8: fp16 d[16], int8 q[32][16]               (q[i][l]: input 32 g + i of column 16 b + l)
+//     kQ4: fp16 d[16], fp16 m[16], uint8 q[16][16]  (q[j][l]: inputs 32 g + j in the low nibble,
+//                                                    32 g + j + 16 in the high one, of column 16 b + l)
 // Columns past n are zero (d = m = 0).
 #pragma once
 
@@ -26,7 +27,7 @@ namespace pylookahead {
 constexpr int64_t kQuantGroup = 32;  // inputs per quantization group
 
 bool is_quantized(WeightFormat format);
-// Bytes of one group record of one block (272 for kQ8, 160 for kQ4).
+// Bytes of one group record of one block (544 for kQ8, 320 for kQ4).
 int64_t quant_group_bytes(WeightFormat format);
 // Bytes of the packed W [n, k]; k must be a multiple of kQuantGroup.
 int64_t quant_packed_bytes(WeightFormat format, int64_t n, int64_t k);

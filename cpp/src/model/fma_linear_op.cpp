@@ -43,14 +43,14 @@ at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format) {
                "fma_linear_quantize needs a [N, K] weight");
     const at::Tensor w = weight.to(at::kFloat).contiguous();
     const int64_t n = w.size(0), k = w.size(1);
-    const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock;
+    const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
     at::Tensor out = at::empty({blocks, k / kQuantGroup, quant_group_bytes(format)}, at::kByte);
     // A run of whole blocks is a contiguous part of the layout: threads quantize block ranges.
     const float* wp = w.data_ptr<float>();
     uint8_t* op = out.data_ptr<uint8_t>();
     const int64_t block_bytes = out.stride(0);
     at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
-        const int64_t c0 = b0 * kFmaLinearBlock, c1 = std::min(n, b1 * kFmaLinearBlock);
+        const int64_t c0 = b0 * kQuantBlock, c1 = std::min(n, b1 * kQuantBlock);
         quant_pack(format, wp + c0 * k, c1 - c0, k, op + b0 * block_bytes);
     });
     return out;
@@ -75,7 +75,8 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
     const WeightFormat format = fma_linear_format(packed);
     PYLA_CHECK(x.dim() == 2 && packed.dim() == 3 &&
                    (is_quantized(format) || packed.size(2) == kFmaLinearBlock) &&
-                   x.size(1) == fma_linear_k(packed) && packed.size(0) * kFmaLinearBlock >= n,
+                   x.size(1) == fma_linear_k(packed) &&
+                   packed.size(0) * fma_linear_block_cols(format) >= n,
                "fma_linear shapes");
     PYLA_CHECK(!bias.defined() ||
                    (bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == n),
@@ -89,8 +90,9 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
         const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
         float* yp = y.data_ptr<float>();
         // Column blocks split among threads (each column is computed by one thread, so the split
-        // changes no bits); about 16 blocks (128 columns) per task at least.
-        at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+        // changes no bits); about 128 columns per task at least.
+        const int64_t grain = 128 / fma_linear_block_cols(format);
+        at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
             fma_linear_blocks(path, format, xp, rows, k, k, wp, b0, b1, bp, yp, n, n);
         });
     }

@@ -14,7 +14,7 @@ namespace pylookahead {
 at::Tensor fma_linear_pack(const at::Tensor& weight, CpuIsa path);
 
 // W [N, K] (any float dtype; K a multiple of 32) quantized to `format` (kQ8 or kQ4,
-// kernels/quant_format.h) -> uint8 [ceil(N/8), K/32, quant_group_bytes(format)]. Cost: one pass
+// kernels/quant_format.h) -> uint8 [ceil(N/16), K/32, quant_group_bytes(format)]. Cost: one pass
 // over W, split among threads by column blocks.
 at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format);
 

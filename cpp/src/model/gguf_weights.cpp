@@ -68,7 +68,7 @@ at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat forma
                    "gguf_pack_kept: " << p.tensor->name);
         n += p.tensor->shape[0];
     }
-    const int64_t blocks = (n + kFmaLinearBlock - 1) / kFmaLinearBlock, groups = k / kQuantGroup;
+    const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock, groups = k / kQuantGroup;
     at::Tensor out = at::zeros({blocks, groups, quant_group_bytes(format)}, at::kByte);
     uint8_t* op = out.data_ptr<uint8_t>();
     int8_t q[kQuantGroup];

@@ -269,9 +269,11 @@ constexpr std::pair<const char*, Transformer::LinearKernel> kKernelNames[] = {
     {"aten", Transformer::LinearKernel::kAten},
 };
 
-// The fma_linear path of a kernel that has one.
+// The fma_linear path of a kernel that has one: the avx2 kernel takes the 16-lane avx512 tiles for
+// quantized weights where the CPU (and any cap) allows them; they give the avx2 tiles' bits.
 CpuIsa fma_path(Transformer::LinearKernel kernel) {
-    return kernel == Transformer::LinearKernel::kAvx2 ? CpuIsa::kAvx2 : CpuIsa::kGeneric;
+    return kernel == Transformer::LinearKernel::kAvx2 ? fma_linear_path(cpu_isa())
+                                                      : CpuIsa::kGeneric;
 }
 
 bool is_fma(Transformer::LinearKernel kernel) {
