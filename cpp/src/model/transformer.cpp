@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/quant_format.h"
+#include "kernels/rope.h"
 #include "model/attention.h"
 #include "model/bf16_linear.h"
 #include "model/fma_linear_op.h"
@@ -560,6 +561,15 @@ at::Tensor Transformer::sdpa(const at::Tensor& q, const at::Tensor& keys, const 
 
 at::Tensor Transformer::apply_rope(const at::Tensor& x, const at::Tensor& cos,
                                    const at::Tensor& sin) {
+    if (x.is_cpu() && x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
+        x.dim() == 3 && x.stride(2) == 1 && x.stride(1) == x.size(2) && cos.is_contiguous() &&
+        sin.is_contiguous()) {
+        // fp32 on the CPU: one call, the same bits as the expression below (kernels/rope.h).
+        at::Tensor y = at::empty(x.sizes(), x.options());
+        rope_rows(x.data_ptr<float>(), x.size(0), x.size(1), x.size(2), x.stride(0),
+                  cos.data_ptr<float>(), sin.data_ptr<float>(), y.data_ptr<float>());
+        return y;
+    }
     const int64_t half = x.size(-1) / 2;
     at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
     at::Tensor rotated = at::cat({-x2, x1}, -1);

@@ -1,0 +1,20 @@
+// Rotary embedding of fp32 rows (transformers' rotate_half form) as one call: a step's ~8 small
+// ATen operators per q or k become one. One fixed sequence per element, the ATen expression's, so
+// the bits are those of `x * cos + cat(-x2, x1) * sin`. std-only; the ATen side is
+// model/transformer.cpp, which takes it for fp32 activations on the CPU.
+#pragma once
+
+#include <cstdint>
+
+namespace pylookahead {
+
+// For each row t, head h, i < d / 2:
+//   y[t][h][i]         = x[i] * cos[t][i]             + (-x[i + d/2]) * sin[t][i]
+//   y[t][h][i + d/2]   = x[i + d/2] * cos[t][i + d/2] + x[i] * sin[t][i + d/2]
+// each product and the sum rounded on their own (no fusion).
+//   x  [rows, heads, d] at x + t * row_stride + h * d;  cos, sin [rows, d] contiguous;
+//   y  [rows, heads, d] contiguous (not aliasing x); d even.
+void rope_rows(const float* x, int64_t rows, int64_t heads, int64_t d, int64_t row_stride,
+               const float* cos, const float* sin, float* y);
+
+}  // namespace pylookahead
