@@ -219,9 +219,13 @@ def _cpu_info() -> dict[str, Any]:
 
 
 def _git_info() -> dict[str, Any]:
-    root = Path(__file__).resolve().parent.parent
-    if not (root / ".git").exists():
+    # The checkout this package was built from (a source tree) or, for an installed package, the one the
+    # benchmark runs in (benchmarks/ scripts run from the repository root).
+    starts = [Path(__file__).resolve().parent, Path.cwd().resolve()]
+    roots = [d for start in starts for d in (start, *start.parents) if (d / ".git").exists()]
+    if not roots:
         return {"commit": None, "dirty": None}
+    root = roots[0]
 
     def git(*cmd: str) -> str | None:
         try:

@@ -338,3 +338,12 @@ def test_history_bound_oracle_takes_the_longest_earlier_match() -> None:
     assert history_bound.oracle_steps(seq, len(prompt) - 1, depth=2) == [0, 2, 0]
     # Never past the end of the answer.
     assert history_bound.oracle_steps(seq[:-1], len(prompt) - 1, depth=3) == [0, 2]
+
+
+def test_bench_records_the_commit_of_the_checkout_it_runs_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / ".git").exists():
+        pytest.skip("not run from a git checkout")
+    monkeypatch.chdir(repo)  # as benchmarks/*.sh run, with the package installed elsewhere
+    git = bench._git_info()
+    assert isinstance(git["commit"], str) and len(git["commit"]) == 40 and isinstance(git["dirty"], bool)
