@@ -215,9 +215,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--quantize",
         default="auto",
-        choices=["auto", "none", "int8", "int4"],
+        choices=["auto", "none", "int8", "int4", "w8a8"],
         help="linear-layer formats: the checkpoint's (auto: a GGUF's Q8_0/Q5_0/Q4_0/Q4_1 as they are), "
-        "dtype (none), or quantized at load (int8, int4); lookahead stays exact",
+        "dtype (none), or quantized at load (int8, int4; w8a8: int8 weights and activations); "
+        "lookahead stays exact",
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
     _lookahead_args(g)

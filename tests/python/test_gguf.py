@@ -173,6 +173,28 @@ def test_tiny_gguf_runs_blocks_as_they_are_and_lookahead_is_exact(tiny_model_fac
             assert out.token_ids == greedy.token_ids, (arch, linear_type.name, seed, (w, n, g))
 
 
+@pytest.mark.parametrize("linear_type", [Q.Q8_0, Q.Q5_0], ids=lambda t: t.name)
+def test_tiny_gguf_w8a8_keeps_int8_blocks(tiny_model_factory, tmp_path, linear_type) -> None:
+    """quantize="w8a8" runs Q8_0 / Q5_0 blocks as they are on the int8-activation kernel: the same model as the
+    reference checkpoint (gguf-py's dequantization) quantized at load, whose groups quantize back to those blocks."""
+    hf_dir = tiny_model_factory("qwen2", seed=43)
+    path = write_gguf(hf_dir, tmp_path / "tiny.gguf", linear_type, Q.Q8_0, ref_dir=tmp_path / "ref")
+    model = Model(path, dtype="float32", quantize="w8a8")
+    assert model.info.quantize == "w8a8"
+    assert f"{linear_type.name}: 9 as they are (w8a8)" in list(model.info.weight_notes)
+    session = Session(model)
+    for seed in range(2):
+        prompt = tiny_prompt(seed)
+        greedy = session.generate(prompt, max_new_tokens=32)
+        for w, n, g in [(0, 4, 2), (3, 3, 3)]:
+            cfg = LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g)
+            assert session.generate(prompt, max_new_tokens=32, lookahead=cfg).token_ids == greedy.token_ids
+    if linear_type == Q.Q8_0:
+        ref = Session(Model(tmp_path / "ref", dtype="float32", quantize="w8a8"))
+        prompt = tiny_prompt(5)
+        assert np.array_equal(session.prompt_logits(prompt), ref.prompt_logits(prompt))
+
+
 def test_tiny_gguf_int4_requantizes_only_what_is_not_int4(tiny_model_factory, tmp_path) -> None:
     path = write_gguf(tiny_model_factory("llama", seed=41), tmp_path / "tiny.gguf", Q.Q4_1, Q.Q8_0)
     notes = list(Model(path, dtype="float32", quantize="int4").info.weight_notes)

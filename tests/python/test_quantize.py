@@ -1,4 +1,4 @@
-"""Weight-only quantization at load (`Model(..., quantize="int8" | "int4")`, docs/design.md "Quantized weights").
+"""Quantization at load (`Model(..., quantize="int8" | "int4" | "w8a8")`, docs/design.md "Quantized weights").
 
 What is checked, through the public API:
 
@@ -9,6 +9,9 @@ What is checked, through the public API:
 * lookahead equals greedy of the *same* quantized model exactly, on both of the engine's kernels (avx2,
   generic) and in float32 and bfloat16 activations, over a (W, N, G) grid, on tiny models and on SmolLM2;
 * the avx2 kernel's 16-lane (AVX-512) and 8-lane tiles give the same bits;
+* w8a8 (int8 weights and int8 activations) is the model whose linear layers quantize their input per row and
+  group of 32 and multiply integers (kernels/int8_dot_linear.h): it matches that model written in torch, and its
+  VNNI, AVX2 and generic paths give the same bits;
 * ModelInfo reports the format, the bytes held and the load time; bad options are ValueErrors naming the rule.
 """
 
@@ -112,7 +115,7 @@ def test_tiny_quantized_model_is_the_dequantized_model(tiny_model_factory, arch,
 
 
 def _cases() -> list[tuple[str, str, str]]:
-    return [(fmt, dtype, kernel) for fmt in ("int8", "int4") for dtype in ("float32", "bfloat16")
+    return [(fmt, dtype, kernel) for fmt in ("int8", "int4", "w8a8") for dtype in ("float32", "bfloat16")
             for kernel in ("avx2", "generic")]  # fmt: skip
 
 
@@ -167,9 +170,98 @@ def test_tiny_quantized_avx512_tiles_give_the_avx2_bits(tiny_model_factory) -> N
         assert out["avx512"][fmt]["bits"] == out["avx2"][fmt]["bits"], fmt
 
 
+class W8A8Linear(torch.nn.Module):
+    """The w8a8 linear layer of kernels/int8_dot_linear.h in torch, float32 like the engine's activations: each row
+    of x quantized per group of 32 (da = amax / 127, a = nearest-even(x / da)), integer dot products with the int8
+    weights (exact in float64), then per group acc = acc + float(isum) * (d * da) in float32, groups ascending."""
+
+    def __init__(self, linear: torch.nn.Linear) -> None:
+        super().__init__()
+        n, k = linear.weight.shape
+        g = linear.weight.detach().float().reshape(n, k // GROUP, GROUP)
+        d = (g.abs().amax(-1, keepdim=True) / 127).half().float()
+        self.q = torch.where(d == 0, torch.zeros_like(g), _round_half_away(g / d)).clamp(-127, 127).double()
+        self.d = d[..., 0]  # [n, groups]
+        self.bias = None if linear.bias is None else linear.bias.detach().float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        xs = x.float().reshape(-1, shape[-1] // GROUP, GROUP)
+        da = xs.abs().amax(-1) / 127  # [m, groups]
+        ia = torch.where(da != 0, 1 / da, torch.zeros_like(da))
+        a = torch.round((xs * ia[..., None]).clamp(-127, 127)).double()
+        isum = torch.einsum("mgk,ngk->mng", a, self.q).float()  # exact integers
+        scale = self.d[None] * da[:, None, :]  # [m, n, groups]
+        acc = torch.zeros(isum.shape[:2])
+        for grp in range(isum.shape[2]):
+            acc = acc + isum[..., grp] * scale[..., grp]
+        if self.bias is not None:
+            acc = acc + self.bias
+        return acc.reshape(*shape[:-1], -1)
+
+
+# The float32 parity tolerance holds (measured max |diff| 7.6e-6 on these models). It need not in general: the
+# engine and transformers reach each layer's input by different float32 summation orders, and an input within that
+# noise of a boundary of its int8 grid rounds the other way, moving its product by one step of the group's scale.
+W8A8_LOGITS_ATOL = LOGITS_ATOL["float32"]
+
+
+@pytest.mark.parametrize("arch, tied", [("llama", False), ("llama", True), ("qwen2", False)])
+def test_tiny_w8a8_is_the_model_with_int8_activations(tiny_model_factory, arch, tied) -> None:
+    model_dir = tiny_model_factory(arch, seed=17, tie_word_embeddings=tied)
+    model = Model(model_dir, dtype="float32", quantize="w8a8")
+    assert (model.info.quantize, model.info.quantize_lm_head) == ("w8a8", True)
+    hf = load_hf(model_dir, torch.float32)
+    for layer in hf.model.layers:
+        for name in LINEAR_NAMES:
+            owner = layer.self_attn if name.endswith(("q_proj", "k_proj", "v_proj", "o_proj")) else layer.mlp
+            setattr(owner, name, W8A8Linear(getattr(owner, name)))
+    hf.lm_head = W8A8Linear(hf.lm_head)
+    session = Session(model)
+    for seed in range(3):
+        prompt = tiny_prompt(seed)
+        with torch.no_grad():
+            want_logits = hf(torch.tensor([prompt])).logits[0].numpy()
+            ids = torch.tensor([prompt])
+            want = hf.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=24,
+                               eos_token_id=[2], pad_token_id=2)[0, len(prompt):].tolist()  # fmt: skip
+        assert np.abs(session.prompt_logits(prompt) - want_logits).max() <= W8A8_LOGITS_ATOL, (arch, seed)
+        got = session.generate(prompt, max_new_tokens=24).token_ids
+        assert_same_tokens(want, got, dtype="float32", next_logits=_next_logits(hf, prompt),
+                           what=f"tiny {arch} tied={tied} w8a8 seed {seed}")  # fmt: skip
+
+
+_W8A8_PATHS_CHILD = """
+import json, sys
+from pylookahead import Model, Session
+model = Model(sys.argv[1], dtype="float32", quantize="w8a8")
+logits = Session(model).prompt_logits([int(t) for t in sys.argv[2].split(",")])
+print(json.dumps({"isa": model.info.cpu_isa, "kernel": model.info.linear_kernel,
+                  "bits": logits.view("uint32").tolist()}))
+"""
+
+
+def test_tiny_w8a8_paths_give_the_same_bits(tiny_model_factory) -> None:
+    """Integer sums are exact and the float steps are the same on every path (kernels/int8_dot_linear.h), so VNNI,
+    AVX2 and the generic path give every prompt logit the same bits (each cap in its own process)."""
+    model_dir = tiny_model_factory("qwen2", seed=29)
+    prompt = ",".join(str(t) for t in tiny_prompt(4) * 3)
+    out = {}
+    for cap in ("avx512bf16", "avx2", "generic"):
+        proc = run_python(_W8A8_PATHS_CHILD, str(model_dir), prompt, env={"PYLOOKAHEAD_CPU_ISA": cap})
+        assert proc.returncode == 0, (cap, proc.stderr)
+        out[cap] = json.loads(proc.stdout)
+    assert out["generic"]["kernel"] == "generic" and out["generic"]["isa"] == "generic"
+    assert out["avx512bf16"]["bits"] == out["generic"]["bits"], out["avx512bf16"]["isa"]
+    if out["avx2"]["isa"] == "avx2":
+        assert out["avx2"]["bits"] == out["generic"]["bits"]
+
+
 def test_tiny_quantized_info(tiny_model_factory) -> None:
     model_dir = tiny_model_factory("llama", seed=3)
-    infos = {fmt: Model(model_dir, dtype="float32", quantize=fmt).info for fmt in (None, "int8", "int4")}
+    infos = {fmt: Model(model_dir, dtype="float32", quantize=fmt).info for fmt in (None, "int8", "int4", "w8a8")}
+    assert infos["w8a8"].weight_bytes == infos["int8"].weight_bytes
+    assert list(infos["w8a8"].weight_notes) == ["checkpoint: 9 quantized to w8a8"]
     assert infos[None].quantize == "none" and not infos[None].quantize_lm_head
     assert infos["int8"].linear_kernel in ("avx2", "generic")
     # Embedding (97 x 64 fp32) and norms stay; the linear layers shrink to 34/128 and 20/128 of fp32.
@@ -180,7 +272,7 @@ def test_tiny_quantized_info(tiny_model_factory) -> None:
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(quantize="int3"), r"quantize must be one of auto, none, int8, int4 \(got 'int3'\)"),
+        (dict(quantize="int3"), r"quantize must be one of auto, none, int8, int4, w8a8 \(got 'int3'\)"),
         (dict(quantize=8), r"quantize must be None or a str \(got 8\)"),
         (dict(quantize="int8", quantize_lm_head="yes"), r"quantize_lm_head must be a bool"),
         (dict(quantize="int8", linear_kernel="aten"), r"linear_kernel 'aten' does not read quantized weights"),
@@ -207,7 +299,7 @@ SMOLLM2_PROMPTS = [
 ]
 
 
-@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("fmt", ["int8", "int4", "w8a8"])
 def test_smollm2_quantized_lookahead_equals_greedy(smollm2_dir, fmt: str) -> None:
     model = Model(smollm2_dir, dtype="float32", quantize=fmt)
     session = Session(model)

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "check.h"
+#include "kernels/int8_dot_linear.h"
 #include "kernels/quant_format.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -201,9 +202,13 @@ void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t
     PYLA_CHECK(fma_linear_reads(path, format), "fma_linear_blocks: the "
                                                    << cpu_isa_name(path)
                                                    << " path does not read fp16 weights");
-    PYLA_CHECK((format != WeightFormat::kQ8 && format != WeightFormat::kQ4) || k % 32 == 0,
+    PYLA_CHECK(!is_quantized(format) || k % 32 == 0,
                "fma_linear_blocks: quantized weights need k a multiple of 32 (got " << k << ")");
     if (rows <= 0 || b0 >= b1) return;
+    if (format == WeightFormat::kQ8A8) {
+        return int8_dot_linear_blocks(path, x, rows, x_stride, k, packed, b0, b1, bias, y, y_stride,
+                                      n);
+    }
 #if PYLA_HAVE_AVX2_PATH
     if (path == CpuIsa::kAvx512 && is_quantized(format)) {
         return avx512::run_quantized(format, x, rows, x_stride, k, packed, b0, b1, bias, y,

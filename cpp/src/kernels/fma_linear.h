@@ -30,16 +30,19 @@
 
 namespace pylookahead {
 
-// kQ8, kQ4: groups of 32 inputs with fp16 scales (kernels/quant_format.h); k a multiple of 32.
-enum class WeightFormat { kF32, kF16, kBF16, kQ8, kQ4 };
+// kQ8, kQ4, kQ8A8: groups of 32 inputs with fp16 scales (kernels/quant_format.h); k a multiple
+// of 32. kQ8A8 quantizes the activations too and runs on kernels/int8_dot_linear.h.
+enum class WeightFormat { kF32, kF16, kBF16, kQ8, kQ4, kQ8A8 };
 
 // Output columns per packed block: kFmaLinearBlock for the float formats, kQuantBlock for the
 // quantized ones (a 512-bit vector of fp32 lanes; the 8-lane paths read it as two halves).
 constexpr int64_t kFmaLinearBlock = 8;
 constexpr int64_t kQuantBlock = 16;
 constexpr int64_t fma_linear_block_cols(WeightFormat format) {
-    return format == WeightFormat::kQ8 || format == WeightFormat::kQ4 ? kQuantBlock
-                                                                      : kFmaLinearBlock;
+    return format == WeightFormat::kQ8 || format == WeightFormat::kQ4 ||
+                   format == WeightFormat::kQ8A8
+               ? kQuantBlock
+               : kFmaLinearBlock;
 }
 
 // The path fma_linear_blocks() takes at `isa`: kAvx512 for any level >= kAvx512, kAvx2 for

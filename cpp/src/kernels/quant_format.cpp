@@ -31,17 +31,26 @@ void check_shape(WeightFormat format, int64_t n, int64_t k) {
         "quantized W [" << n << ", " << k << "]: k must be a positive multiple of " << kQuantGroup);
 }
 
+// Byte of input i (of a group's 32) of lane `lane` among a record's int8 values: kQ8 input-major,
+// kQ8A8 in runs of 4 consecutive inputs per lane (the 32-bit lanes of an integer dot product).
+int64_t q8_value_at(WeightFormat format, int64_t i, int64_t lane) {
+    return format == WeightFormat::kQ8 ? i * kLanes + lane
+                                       : (i / 4) * kLanes * 4 + lane * 4 + i % 4;
+}
+
+bool is_q8(WeightFormat format) {
+    return format == WeightFormat::kQ8 || format == WeightFormat::kQ8A8;
+}
+
 // Round to nearest, ties away from zero (std::lround's rule, on a float).
 int round_int(float v) { return static_cast<int>(std::lround(v)); }
 
 }  // namespace
 
-bool is_quantized(WeightFormat format) {
-    return format == WeightFormat::kQ8 || format == WeightFormat::kQ4;
-}
+bool is_quantized(WeightFormat format) { return is_q8(format) || format == WeightFormat::kQ4; }
 
 int64_t quant_group_bytes(WeightFormat format) {
-    if (format == WeightFormat::kQ8) return kLanes * 2 + kQuantGroup * kLanes;      // 544
+    if (is_q8(format)) return kLanes * 2 + kQuantGroup * kLanes;                    // 544
     if (format == WeightFormat::kQ4) return kLanes * 4 + kQuantGroup * kLanes / 2;  // 320
     return 0;
 }
@@ -93,10 +102,10 @@ void quant_set_group(WeightFormat format, unsigned char* out, int64_t n, int64_t
     unsigned char* rec = out + record_at(format, k, c / kLanes, group);
     const int64_t lane = c % kLanes;
     put_u16(rec + lane * 2, d);
-    if (format == WeightFormat::kQ8) {
+    if (is_q8(format)) {
         unsigned char* qs = rec + kLanes * 2;
         for (int64_t i = 0; i < kQuantGroup; ++i)
-            qs[i * kLanes + lane] = static_cast<unsigned char>(q[i]);
+            qs[q8_value_at(format, i, lane)] = static_cast<unsigned char>(q[i]);
         return;
     }
     put_u16(rec + (kLanes + lane) * 2, m);
@@ -117,7 +126,7 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
         for (int64_t g = 0; g < k / kQuantGroup; ++g) {
             const float* v = w + c * k + g * kQuantGroup;
             uint16_t d16 = 0, m16 = 0;
-            if (format == WeightFormat::kQ8) {
+            if (is_q8(format)) {
                 float amax = 0.0f;
                 for (int64_t i = 0; i < kQuantGroup; ++i) amax = std::max(amax, std::fabs(v[i]));
                 d16 = fp16_from_float(amax / 127.0f);
@@ -148,10 +157,10 @@ void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n
     const unsigned char* rec = packed + record_at(format, k, c / kLanes, group);
     const int64_t lane = c % kLanes;
     *d = get_u16(rec + lane * 2);
-    if (format == WeightFormat::kQ8) {
+    if (is_q8(format)) {
         *m = 0;
         for (int64_t i = 0; i < kQuantGroup; ++i)
-            q[i] = static_cast<int8_t>(rec[kLanes * 2 + i * kLanes + lane]);
+            q[i] = static_cast<int8_t>(rec[kLanes * 2 + q8_value_at(format, i, lane)]);
         return;
     }
     *m = get_u16(rec + (kLanes + lane) * 2);
@@ -172,7 +181,7 @@ void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, i
             float* dst = w + c * k + g * kQuantGroup;
             for (int64_t i = 0; i < kQuantGroup; ++i) {
                 volatile float prod = static_cast<float>(q[i]) * d;  // exact; the sum rounds once
-                dst[i] = format == WeightFormat::kQ8 ? prod : prod + m;
+                dst[i] = is_q8(format) ? prod : prod + m;
             }
         }
     }

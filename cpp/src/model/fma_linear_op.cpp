@@ -23,7 +23,16 @@ WeightFormat format_of(at::ScalarType t) {
 
 }  // namespace
 
+at::ScalarType fma_linear_storage(WeightFormat format) {
+    return format == WeightFormat::kQ8A8 ? at::kChar : at::kByte;
+}
+
 WeightFormat fma_linear_format(const at::Tensor& packed) {
+    if (packed.scalar_type() == at::kChar) {
+        PYLA_CHECK(packed.dim() == 3 && packed.size(2) == quant_group_bytes(WeightFormat::kQ8A8),
+                   "fma_linear: an int8-activation weight is [blocks, K/32, 544] int8");
+        return WeightFormat::kQ8A8;
+    }
     if (packed.scalar_type() != at::kByte) return format_of(packed.scalar_type());
     PYLA_CHECK(packed.dim() == 3, "fma_linear: a quantized weight is [blocks, K/32, record]");
     for (WeightFormat f : {WeightFormat::kQ8, WeightFormat::kQ4}) {
@@ -44,10 +53,11 @@ at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format) {
     const at::Tensor w = weight.to(at::kFloat).contiguous();
     const int64_t n = w.size(0), k = w.size(1);
     const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
-    at::Tensor out = at::empty({blocks, k / kQuantGroup, quant_group_bytes(format)}, at::kByte);
+    at::Tensor out =
+        at::empty({blocks, k / kQuantGroup, quant_group_bytes(format)}, fma_linear_storage(format));
     // A run of whole blocks is a contiguous part of the layout: threads quantize block ranges.
     const float* wp = w.data_ptr<float>();
-    uint8_t* op = out.data_ptr<uint8_t>();
+    auto* op = static_cast<unsigned char*>(out.data_ptr());
     const int64_t block_bytes = out.stride(0);
     at::parallel_for(0, blocks, 64, [&](int64_t b0, int64_t b1) {
         const int64_t c0 = b0 * kQuantBlock, c1 = std::min(n, b1 * kQuantBlock);

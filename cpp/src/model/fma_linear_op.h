@@ -13,11 +13,14 @@ namespace pylookahead {
 // cannot read fp16), rows past N zero.
 at::Tensor fma_linear_pack(const at::Tensor& weight, CpuIsa path);
 
-// W [N, K] (any float dtype; K a multiple of 32) quantized to `format` (kQ8 or kQ4,
-// kernels/quant_format.h) -> uint8 [ceil(N/16), K/32, quant_group_bytes(format)]. Cost: one pass
-// over W, split among threads by column blocks.
+// W [N, K] (any float dtype; K a multiple of 32) quantized to `format` (kQ8, kQ4 or kQ8A8,
+// kernels/quant_format.h) -> [ceil(N/16), K/32, quant_group_bytes(format)] of
+// fma_linear_storage(format). Cost: one pass over W, split among threads by column blocks.
 at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format);
 
+// The dtype of a packed quantized weight: uint8, and int8 for kQ8A8 (its records have kQ8's
+// size; the dtype tells them apart).
+at::ScalarType fma_linear_storage(WeightFormat format);
 // The format of a packed weight (from its dtype, and for uint8 its record size).
 WeightFormat fma_linear_format(const at::Tensor& packed);
 // Input features K of a packed weight.

@@ -5,6 +5,7 @@
 
 #include "check.h"
 #include "kernels/quant_format.h"
+#include "model/fma_linear_op.h"
 #include "pylookahead/errors.h"
 
 namespace pylookahead {
@@ -60,7 +61,9 @@ at::Tensor gguf_dense(const GgufPart& part) {
 }
 
 at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat format) {
-    PYLA_CHECK(gguf_kept_format(parts) == format, "gguf_pack_kept: parts not all in the format");
+    const std::optional<WeightFormat> kept = gguf_kept_format(parts);
+    PYLA_CHECK(kept == format || (format == WeightFormat::kQ8A8 && kept == WeightFormat::kQ8),
+               "gguf_pack_kept: parts not all in the format");
     const int64_t k = parts.front().tensor->shape.at(1);
     int64_t n = 0;
     for (const GgufPart& p : parts) {
@@ -69,8 +72,9 @@ at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat forma
         n += p.tensor->shape[0];
     }
     const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock, groups = k / kQuantGroup;
-    at::Tensor out = at::zeros({blocks, groups, quant_group_bytes(format)}, at::kByte);
-    uint8_t* op = out.data_ptr<uint8_t>();
+    at::Tensor out =
+        at::zeros({blocks, groups, quant_group_bytes(format)}, fma_linear_storage(format));
+    auto* op = static_cast<unsigned char*>(out.data_ptr());
     int8_t q[kQuantGroup];
     int64_t c0 = 0;  // first output row of the part
     for (const GgufPart& p : parts) {

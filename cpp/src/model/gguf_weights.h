@@ -29,9 +29,9 @@ std::optional<WeightFormat> gguf_kept_format(const std::vector<GgufPart>& parts)
 // `part` as an fp32 tensor in Hugging Face row order (shape as stored; 1-D biases too).
 at::Tensor gguf_dense(const GgufPart& part);
 
-// The rows of `parts`, concatenated, packed as fma_linear_quantize() packs (uint8 [ceil(N/8),
-// K/32, record]) with every group's scale, offset and values taken as stored. Every part must
-// be in `format` under gguf_kept_format() and share K.
+// The rows of `parts`, concatenated, packed as fma_linear_quantize() packs ([ceil(N/16), K/32,
+// record]) with every group's scale, offset and values taken as stored. Every part must be in
+// `format` under gguf_kept_format() (kQ8A8 takes kQ8's blocks) and share K.
 at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat format);
 
 }  // namespace pylookahead

@@ -277,6 +277,16 @@ CpuIsa fma_path(Transformer::LinearKernel kernel) {
                                                       : CpuIsa::kGeneric;
 }
 
+// The quantize option's name of a quantized format.
+const char* quant_name(WeightFormat format) {
+    return format == WeightFormat::kQ8 ? "int8" : format == WeightFormat::kQ4 ? "int4" : "w8a8";
+}
+
+// Whether GGUF blocks kept as `kept` (gguf_kept_format) are values of `format`.
+bool kept_as(WeightFormat kept, WeightFormat format) {
+    return kept == format || (kept == WeightFormat::kQ8 && format == WeightFormat::kQ8A8);
+}
+
 bool is_fma(Transformer::LinearKernel kernel) {
     return kernel == Transformer::LinearKernel::kAvx2 ||
            kernel == Transformer::LinearKernel::kGeneric;
@@ -377,14 +387,15 @@ at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense
         out = dense;
     } else if (may_quantize && kept &&
                (quantize_.mode == Quantization::Mode::kAuto ||
-                (quantize_.mode == Quantization::Mode::kFormat && *kept == quantize_.format))) {
-        out = gguf_pack_kept(parts, *kept);
-        action =
-            std::string("as they are (") + (*kept == WeightFormat::kQ8 ? "int8" : "int4") + ")";
+                (quantize_.mode == Quantization::Mode::kFormat &&
+                 kept_as(*kept, quantize_.format)))) {
+        const WeightFormat format =
+            quantize_.mode == Quantization::Mode::kFormat ? quantize_.format : *kept;
+        out = gguf_pack_kept(parts, format);
+        action = std::string("as they are (") + quant_name(format) + ")";
     } else if (may_quantize && quantize_.mode == Quantization::Mode::kFormat) {
         out = fma_linear_quantize(dense, quantize_.format);
-        action = std::string("quantized to ") +
-                 (quantize_.format == WeightFormat::kQ8 ? "int8" : "int4");
+        action = std::string("quantized to ") + quant_name(quantize_.format);
     } else {
         out = fma_linear_pack(dense, fma_path(kernel));
     }

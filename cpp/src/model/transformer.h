@@ -31,7 +31,8 @@ struct LayerWeights {
 // The formats of the linear layers (kernels/quant_format.h, docs/design.md "Quantized
 // weights"). kAuto: a GGUF file's Q8_0, Q5_0, Q4_0 and Q4_1 linear weights run as they are (int8,
 // int4), its other types and every safetensors weight in dtype; kNone: all in dtype;
-// kFormat: all in `format` (kQ8 or kQ4): GGUF weights already in it as they are, the others
+// kFormat: all in `format` (kQ8, kQ4 or kQ8A8): GGUF weights already in it as they are (kQ8A8
+// takes Q8_0 and Q5_0 blocks), the others
 // quantized at load. `lm_head` false keeps the lm_head in dtype. A tied lm_head gets its own
 // copy (the embedding stays in dtype). Quantized weights run on the engine's kernels only
 // (avx2, generic).
@@ -87,7 +88,9 @@ class Transformer {
     const std::vector<std::string>& linear_kernel_skipped() const { return skipped_; }
     // Whether any linear weight is held quantized, and whether the lm_head is.
     bool quantized() const { return quantized_; }
-    bool lm_head_quantized() const { return lm_head_.scalar_type() == at::kByte; }
+    bool lm_head_quantized() const {
+        return lm_head_.scalar_type() == at::kByte || lm_head_.scalar_type() == at::kChar;
+    }
     // How the linear weights were taken, by source: e.g. "Q4_1: 150 as they are (int4)",
     // "Q6_K: 12 dequantized to float32", "checkpoint: 121 quantized to int8" (fused q/k/v and
     // gate/up count once; the lm_head too).

@@ -38,7 +38,8 @@ Transformer::Quantization parse_quantize(const std::string& s, bool lm_head) {
     if (s == "none") return {Mode::kNone, WeightFormat::kQ8, lm_head};
     if (s == "int8") return {Mode::kFormat, WeightFormat::kQ8, lm_head};
     if (s == "int4") return {Mode::kFormat, WeightFormat::kQ4, lm_head};
-    throw ConfigError("quantize must be one of auto, none, int8, int4 (got '" + s + "')");
+    if (s == "w8a8") return {Mode::kFormat, WeightFormat::kQ8A8, lm_head};
+    throw ConfigError("quantize must be one of auto, none, int8, int4, w8a8 (got '" + s + "')");
 }
 
 at::Device parse_device(const std::string& s) {
