@@ -1,6 +1,6 @@
-// kernels/int8_dot_linear.h: every path computes each output element as the contract states
-// (bitwise, against a scalar model), so a row's bits depend neither on the row count, the tile,
-// the column split nor the path; the activations are quantized by the stated rule; and the
+// kernels/int8_dot_linear.h: every kind of instructions (vnni, avxvnni, avx2, generic, as this CPU
+// has them) computes each output element as the contract states (bitwise, against a scalar model),
+// so a row's bits depend neither on the row count, the tile, the column split nor the path; the activations are quantized by the stated rule; and the
 // results are close to float64 references.
 #include "kernels/int8_dot_linear.h"
 
@@ -107,17 +107,17 @@ TEST(Int8DotLinear, EveryElementFollowsTheContractOnEveryPathRowCountAndSplit) {
         }
     }
     const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
-    for (CpuIsa path : paths_here()) {
-        SCOPED_TRACE(std::string(cpu_isa_name(path)) + " (" + int8_dot_linear_kind(path) + ")");
+    for (const std::string& kind : int8_dot_linear_kinds_here()) {
+        SCOPED_TRACE(kind);
         for (bool with_bias : {false, true}) {
             for (int64_t rows : row_counts) {
                 for (int64_t split = 0; split < blocks; ++split) {
                     std::vector<float> y(rows * n, NAN);
                     const float* bp = with_bias ? bias.data() : nullptr;
-                    fma_linear_blocks(path, kF, x.data(), rows, k, k, packed.data(), 0, split, bp,
-                                      y.data(), n, n);
-                    fma_linear_blocks(path, kF, x.data(), rows, k, k, packed.data(), split, blocks,
-                                      bp, y.data(), n, n);
+                    int8_dot_linear_blocks_as(kind, x.data(), rows, k, k, packed.data(), 0, split,
+                                              bp, y.data(), n, n);
+                    int8_dot_linear_blocks_as(kind, x.data(), rows, k, k, packed.data(), split,
+                                              blocks, bp, y.data(), n, n);
                     for (int64_t r = 0; r < rows; ++r) {
                         for (int64_t c = 0; c < n; ++c) {
                             const float w = want[(r * n + c) * 2 + (with_bias ? 1 : 0)];
@@ -130,6 +130,29 @@ TEST(Int8DotLinear, EveryElementFollowsTheContractOnEveryPathRowCountAndSplit) {
             }
         }
     }
+}
+
+TEST(Int8DotLinear, EachPathTakesItsKind) {
+    const std::vector<std::string> here = int8_dot_linear_kinds_here();
+    EXPECT_EQ(here.front(), "generic");
+    EXPECT_STREQ(int8_dot_linear_kind(CpuIsa::kGeneric), "generic");
+    for (CpuIsa path : paths_here()) {
+        const std::string kind = int8_dot_linear_kind(path);
+        EXPECT_NE(std::find(here.begin(), here.end(), kind), here.end()) << kind;
+        // fma_linear_blocks() sends kQ8A8 to that kind.
+        const int64_t n = 16, k = 64;
+        const std::vector<unsigned char> packed = make_weights(n, k, 3);
+        const std::vector<float> x = make_x(2, k, 4);
+        std::vector<float> a(2 * n), b(2 * n);
+        fma_linear_blocks(path, kF, x.data(), 2, k, k, packed.data(), 0, 1, nullptr, a.data(), n,
+                          n);
+        int8_dot_linear_blocks_as(kind, x.data(), 2, k, k, packed.data(), 0, 1, nullptr, b.data(),
+                                  n, n);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << kind;
+    }
+    EXPECT_THROW(int8_dot_linear_blocks_as("sse9", nullptr, 1, 32, 32, nullptr, 0, 1, nullptr,
+                                           nullptr, 1, 1),
+                 std::exception);
 }
 
 TEST(Int8DotLinear, ActivationsAreQuantizedByTheStatedRule) {
@@ -181,10 +204,10 @@ TEST(Int8DotLinear, CloseToFloat64References) {
     std::vector<float> wq(n * k);
     quant_unpack(kF, packed.data(), n, k, wq.data());
     const std::vector<float> x = make_x(rows, k, 17);
-    for (CpuIsa path : paths_here()) {
+    for (const std::string& kind : int8_dot_linear_kinds_here()) {
         std::vector<float> y(rows * n);
-        fma_linear_blocks(path, kF, x.data(), rows, k, k, packed.data(), 0,
-                          (n + kQuantBlock - 1) / kQuantBlock, nullptr, y.data(), n, n);
+        int8_dot_linear_blocks_as(kind, x.data(), rows, k, k, packed.data(), 0,
+                                  (n + kQuantBlock - 1) / kQuantBlock, nullptr, y.data(), n, n);
         for (int64_t r = 0; r < rows; ++r) {
             std::vector<int8_t> a(k);
             std::vector<float> da(k / kQuantGroup);
@@ -204,11 +227,11 @@ TEST(Int8DotLinear, CloseToFloat64References) {
                 }
                 const double groups = static_cast<double>(k / kQuantGroup);
                 EXPECT_NEAR(y[r * n + c], ref, 3 * groups * 6e-8 * mag + 1e-30)
-                    << cpu_isa_name(path) << " r " << r << " c " << c;
+                    << kind << " r " << r << " c " << c;
                 // (2) Against the dequantized weights times x itself: the activations' rounding,
                 // at most half a step per input.
                 EXPECT_NEAR(y[r * n + c], exact, act_err * (1 + 1e-3) + 3 * groups * 6e-8 * mag)
-                    << cpu_isa_name(path) << " r " << r << " c " << c;
+                    << kind << " r " << r << " c " << c;
             }
         }
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "check.h"
@@ -205,114 +206,20 @@ PYLA_VNNI_TARGET void vnni_any(int m, int nb, const Acts& a, int64_t r0,
 // vectors within the 32 zmm.
 int vnni_blocks_per_tile(int64_t rows) { return rows <= 2 ? 4 : rows <= 4 ? 2 : 1; }
 
-// ---- avx2: half a block (8 columns) per ymm. VPMADDUBSW multiplies unsigned by signed bytes
-// into int16 pairs, so each product is taken as |q| * (sign(q) a): |q| <= 128 and |a| <= 127 keep
-// a pair's sum within int16 (no saturation), and VPMADDWD adds the pairs into the int32 lanes.
-#define PYLA_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-constexpr int kAvx2Rows = 4;  // rows per tile
+// ---- avx2 and avxvnni: the ymm tiles (int8_dot_avx2_tiles.inc), with and without AVX-VNNI.
+namespace avx2 {
+#define PYLA_TILE_TARGET __attribute__((target("avx2,fma,f16c")))
+constexpr bool kDpbusd = false;
+#include "kernels/int8_dot_avx2_tiles.inc"
+#undef PYLA_TILE_TARGET
+}  // namespace avx2
 
-// Rows [r0, r0 + M) against slices [s0, s0 + NS) (slice s: block s / 2, columns (s % 2) * 8 on).
-template <int M, int NS>
-PYLA_AVX2_TARGET void avx2_tile(const Acts& a, int64_t r0, const unsigned char* packed, int64_t s0,
-                                const float* bias, float* y, int64_t y_stride, int64_t n) {
-    __m256 acc[M][NS];
-#pragma GCC unroll 8
-    for (int m = 0; m < M; ++m) {
-#pragma GCC unroll 8
-        for (int b = 0; b < NS; ++b) acc[m][b] = _mm256_setzero_ps();
-    }
-    const unsigned char* w[NS];
-    int64_t half[NS];
-#pragma GCC unroll 8
-    for (int b = 0; b < NS; ++b) {
-        w[b] = packed + ((s0 + b) / 2) * a.groups * kRec;
-        half[b] = (s0 + b) % 2;
-    }
-    const __m256i ones = _mm256_set1_epi16(1);
-    for (int64_t g = 0; g < a.groups; ++g) {
-#pragma GCC unroll 8
-        for (int b = 0; b < NS; ++b) {
-            if (b == 0 || half[b] == 0) {  // a block's record once (its halves share every line)
-                for (int64_t line = 0; line < kRec; line += 64)
-                    __builtin_prefetch(w[b] + (g + kAhead) * kRec + line);
-            }
-        }
-        __m256i s[M][NS];
-#pragma GCC unroll 8
-        for (int m = 0; m < M; ++m) {
-#pragma GCC unroll 8
-            for (int b = 0; b < NS; ++b) s[m][b] = _mm256_setzero_si256();
-        }
-#pragma GCC unroll 8
-        for (int64_t j = 0; j < 8; ++j) {
-            __m256i wq[NS], wa[NS];
-#pragma GCC unroll 8
-            for (int b = 0; b < NS; ++b) {
-                wq[b] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
-                    w[b] + g * kRec + kHead + j * kLanes * 4 + half[b] * 32));
-                wa[b] = _mm256_abs_epi8(wq[b]);
-            }
-#pragma GCC unroll 8
-            for (int m = 0; m < M; ++m) {
-                const __m256i av = _mm256_set1_epi32(a.four(r0 + m, g, j));
-#pragma GCC unroll 8
-                for (int b = 0; b < NS; ++b) {
-                    const __m256i pairs = _mm256_maddubs_epi16(wa[b], _mm256_sign_epi8(av, wq[b]));
-                    s[m][b] = _mm256_add_epi32(s[m][b], _mm256_madd_epi16(pairs, ones));
-                }
-            }
-        }
-#pragma GCC unroll 8
-        for (int b = 0; b < NS; ++b) {
-            const __m256 dw = _mm256_cvtph_ps(
-                _mm_loadu_si128(reinterpret_cast<const __m128i*>(w[b] + g * kRec + half[b] * 16)));
-#pragma GCC unroll 8
-            for (int m = 0; m < M; ++m) {
-                const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(a.scale(r0 + m, g)));
-                acc[m][b] =
-                    _mm256_add_ps(acc[m][b], _mm256_mul_ps(_mm256_cvtepi32_ps(s[m][b]), scale));
-            }
-        }
-    }
-    for (int b = 0; b < NS; ++b) {
-        const int64_t col = (s0 + b) * 8;
-        const int64_t valid = std::min<int64_t>(8, n - col);
-        if (valid <= 0) continue;
-        __m256 bv = _mm256_setzero_ps();
-        if (bias) {
-            float tmp[8] = {};
-            std::memcpy(tmp, bias + col, valid * sizeof(float));
-            bv = _mm256_loadu_ps(tmp);
-        }
-        for (int m = 0; m < M; ++m) {
-            float out[8];
-            _mm256_storeu_ps(out, bias ? _mm256_add_ps(acc[m][b], bv) : acc[m][b]);
-            std::memcpy(y + (r0 + m) * y_stride + col, out, valid * sizeof(float));
-        }
-    }
-}
-
-PYLA_AVX2_TARGET void avx2_any(int m, int ns, const Acts& a, int64_t r0,
-                               const unsigned char* packed, int64_t s0, const float* bias, float* y,
-                               int64_t y_stride, int64_t n) {
-#define PYLA_CASE(NS, M) \
-    case NS * 16 + M: return avx2_tile<M, NS>(a, r0, packed, s0, bias, y, y_stride, n);
-    switch (ns * 16 + m) {
-        PYLA_CASE(4, 1)
-        PYLA_CASE(2, 1)
-        PYLA_CASE(2, 2)
-        PYLA_CASE(2, 3)
-        PYLA_CASE(2, 4)
-        PYLA_CASE(1, 1)
-        PYLA_CASE(1, 2)
-        PYLA_CASE(1, 3)
-        PYLA_CASE(1, 4)
-    }
-#undef PYLA_CASE
-    PYLA_CHECK(false, "int8_dot_linear: no avx2 tile of " << m << " rows x " << ns << " slices");
-}
-
-int avx2_slices_per_tile(int64_t rows) { return rows == 1 ? 4 : 2; }
+namespace avxvnni {
+#define PYLA_TILE_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
+constexpr bool kDpbusd = true;
+#include "kernels/int8_dot_avx2_tiles.inc"
+#undef PYLA_TILE_TARGET
+}  // namespace avxvnni
 
 #pragma GCC diagnostic pop
 #endif
@@ -320,6 +227,15 @@ int avx2_slices_per_tile(int64_t rows) { return rows == 1 ? 4 : 2; }
 bool cpu_has_vnni() {
 #if PYLA_HAVE_X86_PATHS
     static const bool has = __builtin_cpu_supports("avx512vnni") != 0;
+    return has;
+#else
+    return false;
+#endif
+}
+
+bool cpu_has_avx_vnni() {
+#if PYLA_HAVE_X86_PATHS
+    static const bool has = __builtin_cpu_supports("avxvnni") != 0;
     return has;
 #else
     return false;
@@ -366,25 +282,58 @@ void int8_dot_quantize_row(const float* x, int64_t k, int8_t* q, float* da, int3
     }
 }
 
-namespace {
-
-enum class Kind { kVnni, kAvx2, kGeneric };
-
-Kind kind_of(CpuIsa path) {
-    if (PYLA_HAVE_X86_PATHS && path == CpuIsa::kAvx512 && cpu_has_vnni()) return Kind::kVnni;
-    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2) return Kind::kAvx2;
-    return Kind::kGeneric;
+const char* int8_dot_linear_kind(CpuIsa path) {
+    if (PYLA_HAVE_X86_PATHS && path == CpuIsa::kAvx512 && cpu_has_vnni()) return "vnni";
+    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2 && cpu_has_avx_vnni()) return "avxvnni";
+    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2) return "avx2";
+    return "generic";
 }
 
-}  // namespace
+std::vector<std::string> int8_dot_linear_kinds_here() {
+    std::vector<std::string> kinds = {"generic"};
+    const CpuIsa path = fma_linear_path(cpu_isa());
+    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2) kinds.push_back("avx2");
+    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2 && cpu_has_avx_vnni())
+        kinds.push_back("avxvnni");
+    if (PYLA_HAVE_X86_PATHS && path == CpuIsa::kAvx512 && cpu_has_vnni()) kinds.push_back("vnni");
+    return kinds;
+}
 
-const char* int8_dot_linear_kind(CpuIsa path) {
-    switch (kind_of(path)) {
-        case Kind::kVnni: return "vnni";
-        case Kind::kAvx2: return "avx2";
-        case Kind::kGeneric: break;
+void int8_dot_linear_blocks_as(const std::string& kind, const float* x, int64_t rows,
+                               int64_t x_stride, int64_t k, const void* packed, int64_t b0,
+                               int64_t b1, const float* bias, float* y, int64_t y_stride,
+                               int64_t n) {
+    const std::vector<std::string> here = int8_dot_linear_kinds_here();
+    PYLA_CHECK(std::find(here.begin(), here.end(), kind) != here.end(),
+               "int8_dot_linear: this CPU (or its cap) does not run '" << kind << "'");
+    PYLA_CHECK(k > 0 && k % kQuantGroup == 0,
+               "int8_dot_linear_blocks: k must be a positive multiple of 32 (got " << k << ")");
+    if (rows <= 0 || b0 >= b1) return;
+    const Acts a = quantize_rows(x, rows, x_stride, k);
+    const auto* w = static_cast<const unsigned char*>(packed);
+#if PYLA_HAVE_X86_PATHS
+    if (kind == "vnni") {
+        return run_tiles(rows, kVnniRows, vnni_blocks_per_tile(std::min<int64_t>(rows, kVnniRows)),
+                         b0, b1, [&](int m, int nb, int64_t r0, int64_t blk) {
+                             vnni_any(m, nb, a, r0, w, blk, bias, y, y_stride, n);
+                         });
     }
-    return "generic";
+    if (kind == "avxvnni") {
+        return run_tiles(rows, avxvnni::kRows,
+                         avxvnni::slices_per_tile(std::min<int64_t>(rows, avxvnni::kRows)), b0 * 2,
+                         b1 * 2, [&](int m, int ns, int64_t r0, int64_t s0) {
+                             avxvnni::tile_any(m, ns, a, r0, w, s0, bias, y, y_stride, n);
+                         });
+    }
+    if (kind == "avx2") {
+        return run_tiles(rows, avx2::kRows,
+                         avx2::slices_per_tile(std::min<int64_t>(rows, avx2::kRows)), b0 * 2,
+                         b1 * 2, [&](int m, int ns, int64_t r0, int64_t s0) {
+                             avx2::tile_any(m, ns, a, r0, w, s0, bias, y, y_stride, n);
+                         });
+    }
+#endif
+    generic_blocks(a, rows, w, b0, b1, bias, y, y_stride, n);
 }
 
 void int8_dot_linear_blocks(CpuIsa path, const float* x, int64_t rows, int64_t x_stride, int64_t k,
@@ -392,29 +341,8 @@ void int8_dot_linear_blocks(CpuIsa path, const float* x, int64_t rows, int64_t x
                             int64_t y_stride, int64_t n) {
     PYLA_CHECK(path == fma_linear_path(path),
                "int8_dot_linear_blocks: no path " << cpu_isa_name(path));
-    PYLA_CHECK(k > 0 && k % kQuantGroup == 0,
-               "int8_dot_linear_blocks: k must be a positive multiple of 32 (got " << k << ")");
-    if (rows <= 0 || b0 >= b1) return;
-    const Acts a = quantize_rows(x, rows, x_stride, k);
-    const auto* w = static_cast<const unsigned char*>(packed);
-    const Kind kind = kind_of(path);
-#if PYLA_HAVE_X86_PATHS
-    if (kind == Kind::kVnni) {
-        return run_tiles(rows, kVnniRows, vnni_blocks_per_tile(std::min<int64_t>(rows, kVnniRows)),
-                         b0, b1, [&](int m, int nb, int64_t r0, int64_t blk) {
-                             vnni_any(m, nb, a, r0, w, blk, bias, y, y_stride, n);
-                         });
-    }
-    if (kind == Kind::kAvx2) {
-        return run_tiles(rows, kAvx2Rows, avx2_slices_per_tile(std::min<int64_t>(rows, kAvx2Rows)),
-                         b0 * 2, b1 * 2, [&](int m, int ns, int64_t r0, int64_t s0) {
-                             avx2_any(m, ns, a, r0, w, s0, bias, y, y_stride, n);
-                         });
-    }
-#else
-    (void)kind;
-#endif
-    generic_blocks(a, rows, w, b0, b1, bias, y, y_stride, n);
+    int8_dot_linear_blocks_as(int8_dot_linear_kind(path), x, rows, x_stride, k, packed, b0, b1,
+                              bias, y, y_stride, n);
 }
 
 }  // namespace pylookahead

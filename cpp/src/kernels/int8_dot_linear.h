@@ -4,7 +4,7 @@
 //
 // Why: weight-only int8 (kQ8 on fma_linear.h) widens every weight to fp32 before its multiply-add,
 // three vector instructions per 16 weights per row; an integer dot product takes 64 int8 products
-// per instruction (AVX512-VNNI VPDPBUSD; on AVX2, VPMADDUBSW + VPMADDWD take 32 in three), so a
+// per instruction (AVX512-VNNI VPDPBUSD; AVX-VNNI 32; on AVX2, VPMADDUBSW + VPMADDWD 32 in three), so a
 // step stays bound by the weights' bytes, and extra rows (lookahead's) cost little until many.
 //
 // Contract, per output element (row r, column c), the same on every path, at every row count,
@@ -21,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "kernels/cpu_isa.h"
 
@@ -30,9 +32,12 @@ namespace pylookahead {
 // scale da[g] and the sum of its values qsum[g]. k a multiple of 32.
 void int8_dot_quantize_row(const float* x, int64_t k, int8_t* q, float* da, int32_t* qsum);
 
-// Which instructions int8_dot_linear_blocks() takes on the fma_linear_path() `path`: "vnni"
-// (AVX512-VNNI, where the CPU has it), "avx2" or "generic".
+// Which instructions int8_dot_linear_blocks() takes on the fma_linear_path() `path`, by what the
+// CPU has: "vnni" (AVX512-VNNI VPDPBUSD on zmm, path avx512), "avxvnni" (AVX-VNNI VPDPBUSD on
+// ymm, Intel's client CPUs from Alder Lake on), "avx2" (VPMADDUBSW + VPMADDWD) or "generic".
 const char* int8_dot_linear_kind(CpuIsa path);
+// Every kind this CPU runs under the cap in force ("generic" first). All give the same bits.
+std::vector<std::string> int8_dot_linear_kinds_here();
 
 // Rows [0, rows) of y for the columns of packed blocks [b0, b1) (a thread's share; any split
 // gives the same bits). Arguments as fma_linear_blocks() with format kQ8A8: x [rows, k] fp32 at
@@ -43,5 +48,10 @@ const char* int8_dot_linear_kind(CpuIsa path);
 void int8_dot_linear_blocks(CpuIsa path, const float* x, int64_t rows, int64_t x_stride, int64_t k,
                             const void* packed, int64_t b0, int64_t b1, const float* bias, float* y,
                             int64_t y_stride, int64_t n);
+// The same on the kind named (one of int8_dot_linear_kinds_here(); tests take each in turn).
+void int8_dot_linear_blocks_as(const std::string& kind, const float* x, int64_t rows,
+                               int64_t x_stride, int64_t k, const void* packed, int64_t b0,
+                               int64_t b1, const float* bias, float* y, int64_t y_stride,
+                               int64_t n);
 
 }  // namespace pylookahead
