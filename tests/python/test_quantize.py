@@ -18,6 +18,7 @@ What is checked, through the public API:
 from __future__ import annotations
 
 import json
+import os
 import random
 from typing import Any
 
@@ -200,14 +201,20 @@ class W8A8Linear(torch.nn.Module):
         return acc.reshape(*shape[:-1], -1)
 
 
-# The float32 parity tolerance holds (measured max |diff| 7.6e-6 on these models). It need not in general: the
-# engine and transformers reach each layer's input by different float32 summation orders, and an input within that
-# noise of a boundary of its int8 grid rounds the other way, moving its product by one step of the group's scale.
+# The float32 parity tolerance holds where the engine and transformers hand each linear layer the same float32
+# input, or one within noise far below an int8 step (measured max |diff| 7.6e-6 on these models with ATen's AVX2 and
+# AVX-512 kernels). It does not in general: an input within that noise of a boundary of its int8 grid rounds the
+# other way and moves its product by a whole step of the group's scale. Under ATEN_CPU_CAPABILITY=default
+# (the generic cap) transformers' own float32 sums part further from the engine's, and one such crossing moved a
+# logit by 0.1 (llama, seed 2), so the comparison is not made there; the kernels' contract is checked bitwise in
+# tests/cpp/int8_dot_linear_test.cpp on every path, and lookahead == greedy under every cap.
 W8A8_LOGITS_ATOL = LOGITS_ATOL["float32"]
 
 
 @pytest.mark.parametrize("arch, tied", [("llama", False), ("llama", True), ("qwen2", False)])
 def test_tiny_w8a8_is_the_model_with_int8_activations(tiny_model_factory, arch, tied) -> None:
+    if os.environ.get("ATEN_CPU_CAPABILITY") == "default":
+        pytest.skip("transformers' float32 sums under ATen's default kernels cross int8 rounding boundaries")
     model_dir = tiny_model_factory(arch, seed=17, tie_word_embeddings=tied)
     model = Model(model_dir, dtype="float32", quantize="w8a8")
     assert (model.info.quantize, model.info.quantize_lm_head) == ("w8a8", True)
