@@ -282,11 +282,52 @@ void int8_dot_quantize_row(const float* x, int64_t k, int8_t* q, float* da, int3
     }
 }
 
+namespace {
+
+enum class Kind { kVnni, kAvxVnni, kAvx2, kGeneric };
+constexpr const char* kKindNames[] = {"vnni", "avxvnni", "avx2", "generic"};  // by Kind
+
+Kind kind_of(CpuIsa path) {
+    if (PYLA_HAVE_X86_PATHS && path == CpuIsa::kAvx512 && cpu_has_vnni()) return Kind::kVnni;
+    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2 && cpu_has_avx_vnni()) return Kind::kAvxVnni;
+    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2) return Kind::kAvx2;
+    return Kind::kGeneric;
+}
+
+void run(Kind kind, const float* x, int64_t rows, int64_t x_stride, int64_t k, const void* packed,
+         int64_t b0, int64_t b1, const float* bias, float* y, int64_t y_stride, int64_t n) {
+    PYLA_CHECK(k > 0 && k % kQuantGroup == 0,
+               "int8_dot_linear_blocks: k must be a positive multiple of 32 (got " << k << ")");
+    if (rows <= 0 || b0 >= b1) return;
+    const Acts a = quantize_rows(x, rows, x_stride, k);
+    const auto* w = static_cast<const unsigned char*>(packed);
+#if PYLA_HAVE_X86_PATHS
+    if (kind == Kind::kVnni) {
+        return run_tiles(rows, kVnniRows, vnni_blocks_per_tile(std::min<int64_t>(rows, kVnniRows)),
+                         b0, b1, [&](int m, int nb, int64_t r0, int64_t blk) {
+                             vnni_any(m, nb, a, r0, w, blk, bias, y, y_stride, n);
+                         });
+    }
+    if (kind == Kind::kAvxVnni || kind == Kind::kAvx2) {
+        // Both ymm kinds tile alike (int8_dot_avx2_tiles.inc): slices of 8 columns, two a block.
+        const auto tile_any = kind == Kind::kAvxVnni ? avxvnni::tile_any : avx2::tile_any;
+        static_assert(avxvnni::kRows == avx2::kRows, "the ymm kinds share their tile shapes");
+        return run_tiles(rows, avx2::kRows,
+                         avx2::slices_per_tile(std::min<int64_t>(rows, avx2::kRows)), b0 * 2,
+                         b1 * 2, [&](int m, int ns, int64_t r0, int64_t s0) {
+                             tile_any(m, ns, a, r0, w, s0, bias, y, y_stride, n);
+                         });
+    }
+#else
+    (void)kind;
+#endif
+    generic_blocks(a, rows, w, b0, b1, bias, y, y_stride, n);
+}
+
+}  // namespace
+
 const char* int8_dot_linear_kind(CpuIsa path) {
-    if (PYLA_HAVE_X86_PATHS && path == CpuIsa::kAvx512 && cpu_has_vnni()) return "vnni";
-    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2 && cpu_has_avx_vnni()) return "avxvnni";
-    if (PYLA_HAVE_X86_PATHS && path >= CpuIsa::kAvx2) return "avx2";
-    return "generic";
+    return kKindNames[static_cast<int>(kind_of(path))];
 }
 
 std::vector<std::string> int8_dot_linear_kinds_here() {
@@ -306,34 +347,9 @@ void int8_dot_linear_blocks_as(const std::string& kind, const float* x, int64_t 
     const std::vector<std::string> here = int8_dot_linear_kinds_here();
     PYLA_CHECK(std::find(here.begin(), here.end(), kind) != here.end(),
                "int8_dot_linear: this CPU (or its cap) does not run '" << kind << "'");
-    PYLA_CHECK(k > 0 && k % kQuantGroup == 0,
-               "int8_dot_linear_blocks: k must be a positive multiple of 32 (got " << k << ")");
-    if (rows <= 0 || b0 >= b1) return;
-    const Acts a = quantize_rows(x, rows, x_stride, k);
-    const auto* w = static_cast<const unsigned char*>(packed);
-#if PYLA_HAVE_X86_PATHS
-    if (kind == "vnni") {
-        return run_tiles(rows, kVnniRows, vnni_blocks_per_tile(std::min<int64_t>(rows, kVnniRows)),
-                         b0, b1, [&](int m, int nb, int64_t r0, int64_t blk) {
-                             vnni_any(m, nb, a, r0, w, blk, bias, y, y_stride, n);
-                         });
-    }
-    if (kind == "avxvnni") {
-        return run_tiles(rows, avxvnni::kRows,
-                         avxvnni::slices_per_tile(std::min<int64_t>(rows, avxvnni::kRows)), b0 * 2,
-                         b1 * 2, [&](int m, int ns, int64_t r0, int64_t s0) {
-                             avxvnni::tile_any(m, ns, a, r0, w, s0, bias, y, y_stride, n);
-                         });
-    }
-    if (kind == "avx2") {
-        return run_tiles(rows, avx2::kRows,
-                         avx2::slices_per_tile(std::min<int64_t>(rows, avx2::kRows)), b0 * 2,
-                         b1 * 2, [&](int m, int ns, int64_t r0, int64_t s0) {
-                             avx2::tile_any(m, ns, a, r0, w, s0, bias, y, y_stride, n);
-                         });
-    }
-#endif
-    generic_blocks(a, rows, w, b0, b1, bias, y, y_stride, n);
+    const auto* name = std::find(std::begin(kKindNames), std::end(kKindNames), kind);
+    run(static_cast<Kind>(name - std::begin(kKindNames)), x, rows, x_stride, k, packed, b0, b1,
+        bias, y, y_stride, n);
 }
 
 void int8_dot_linear_blocks(CpuIsa path, const float* x, int64_t rows, int64_t x_stride, int64_t k,
@@ -341,8 +357,7 @@ void int8_dot_linear_blocks(CpuIsa path, const float* x, int64_t rows, int64_t x
                             int64_t y_stride, int64_t n) {
     PYLA_CHECK(path == fma_linear_path(path),
                "int8_dot_linear_blocks: no path " << cpu_isa_name(path));
-    int8_dot_linear_blocks_as(int8_dot_linear_kind(path), x, rows, x_stride, k, packed, b0, b1,
-                              bias, y, y_stride, n);
+    run(kind_of(path), x, rows, x_stride, k, packed, b0, b1, bias, y, y_stride, n);
 }
 
 }  // namespace pylookahead

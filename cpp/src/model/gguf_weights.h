@@ -23,6 +23,10 @@ struct GgufPart {
 // nullopt for the others (K-quants: their scales are products, not fp16).
 std::optional<WeightFormat> gguf_kept_format(GgmlType type);
 
+// Whether blocks kept as `kept` (gguf_kept_format) hold the values of `format` as they are: the
+// same format, or kQ8's values for kQ8A8 (the same int8 values and scales, another layout).
+bool gguf_keeps_as(WeightFormat kept, WeightFormat format);
+
 // The format all `parts` share under gguf_kept_format(), or nullopt.
 std::optional<WeightFormat> gguf_kept_format(const std::vector<GgufPart>& parts);
 

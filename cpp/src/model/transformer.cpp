@@ -282,11 +282,6 @@ const char* quant_name(WeightFormat format) {
     return format == WeightFormat::kQ8 ? "int8" : format == WeightFormat::kQ4 ? "int4" : "w8a8";
 }
 
-// Whether GGUF blocks kept as `kept` (gguf_kept_format) are values of `format`.
-bool kept_as(WeightFormat kept, WeightFormat format) {
-    return kept == format || (kept == WeightFormat::kQ8 && format == WeightFormat::kQ8A8);
-}
-
 bool is_fma(Transformer::LinearKernel kernel) {
     return kernel == Transformer::LinearKernel::kAvx2 ||
            kernel == Transformer::LinearKernel::kGeneric;
@@ -388,7 +383,7 @@ at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense
     } else if (may_quantize && kept &&
                (quantize_.mode == Quantization::Mode::kAuto ||
                 (quantize_.mode == Quantization::Mode::kFormat &&
-                 kept_as(*kept, quantize_.format)))) {
+                 gguf_keeps_as(*kept, quantize_.format)))) {
         const WeightFormat format =
             quantize_.mode == Quantization::Mode::kFormat ? quantize_.format : *kept;
         out = gguf_pack_kept(parts, format);
