@@ -42,5 +42,43 @@ TEST(RopeRows, EqualsTheUnfusedExpressionBitwise) {
     }
 }
 
+TEST(RopeRowsBf16, EqualsTheExpressionInBf16ArithmeticBitwise) {
+    const int64_t rows = 4, heads = 3, d = 64, stride = heads * d + 2 * 64;
+    auto bf16_values = [](int64_t count, unsigned seed, float scale) {
+        std::vector<uint16_t> v;
+        for (float f : random_values(count, seed, scale)) v.push_back(float_to_bf16_bits(f));
+        return v;
+    };
+    const std::vector<uint16_t> x = bf16_values(rows * stride, 6, 8.0f);
+    const std::vector<uint16_t> cos = bf16_values(rows * d, 7, 1.0f);
+    const std::vector<uint16_t> sin = bf16_values(rows * d, 8, 1.0f);
+    std::vector<uint16_t> y(rows * heads * d);
+    rope_rows_bf16(x.data(), rows, heads, d, stride, cos.data(), sin.data(), y.data());
+    auto round = [](float v) { return bf16_bits_to_float(float_to_bf16_bits(v)); };
+    for (int64_t t = 0; t < rows; ++t) {
+        for (int64_t h = 0; h < heads; ++h) {
+            for (int64_t i = 0; i < d; ++i) {
+                const uint16_t* xh = &x[t * stride + h * d];
+                const float rot = i < d / 2 ? -bf16_bits_to_float(xh[i + d / 2])
+                                            : bf16_bits_to_float(xh[i - d / 2]);
+                const float a =
+                    round(bf16_bits_to_float(xh[i]) * bf16_bits_to_float(cos[t * d + i]));
+                const float b = round(rot * bf16_bits_to_float(sin[t * d + i]));
+                ASSERT_EQ(y[(t * heads + h) * d + i], float_to_bf16_bits(a + b))
+                    << t << " " << h << " " << i;
+            }
+        }
+    }
+}
+
+TEST(RopeRowsBf16, RoundsToNearestEven) {
+    EXPECT_EQ(float_to_bf16_bits(1.0f), 0x3f80);
+    EXPECT_EQ(float_to_bf16_bits(bf16_bits_to_float(0x3f80) + 0x1p-8f), 0x3f80);    // tie: to even
+    EXPECT_EQ(float_to_bf16_bits(bf16_bits_to_float(0x3f81) + 0x1p-8f), 0x3f82);    // tie: to even
+    EXPECT_EQ(float_to_bf16_bits(bf16_bits_to_float(0x3f80) + 0x1.8p-8f), 0x3f81);  // above the tie
+    EXPECT_EQ(float_to_bf16_bits(-INFINITY), 0xff80);
+    EXPECT_EQ(float_to_bf16_bits(NAN), 0x7fc0);
+}
+
 }  // namespace
 }  // namespace pylookahead

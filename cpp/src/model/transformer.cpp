@@ -576,6 +576,18 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x, const at::Tensor& cos,
                   cos.data_ptr<float>(), sin.data_ptr<float>(), y.data_ptr<float>());
         return y;
     }
+    if (x.is_cpu() && x.scalar_type() == at::kBFloat16 && cos.scalar_type() == at::kBFloat16 &&
+        x.dim() == 3 && x.stride(2) == 1 && x.stride(1) == x.size(2) && cos.is_contiguous() &&
+        sin.is_contiguous()) {
+        // bf16 on the CPU: likewise, with ATen's bf16 rounding of each product and sum.
+        at::Tensor y = at::empty(x.sizes(), x.options());
+        auto bits = [](const at::Tensor& v) {
+            return reinterpret_cast<const uint16_t*>(v.const_data_ptr<at::BFloat16>());
+        };
+        rope_rows_bf16(bits(x), x.size(0), x.size(1), x.size(2), x.stride(0), bits(cos), bits(sin),
+                       reinterpret_cast<uint16_t*>(y.mutable_data_ptr<at::BFloat16>()));
+        return y;
+    }
     const int64_t half = x.size(-1) / 2;
     at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
     at::Tensor rotated = at::cat({-x2, x1}, -1);
