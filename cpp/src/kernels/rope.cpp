@@ -1,8 +1,5 @@
 #include "kernels/rope.h"
 
-#include <cmath>
-#include <cstring>
-
 namespace pylookahead {
 
 namespace {
@@ -41,24 +38,9 @@ void rope_rows(const float* x, int64_t rows, int64_t heads, int64_t d, int64_t r
     rope_rows_impl(x, rows, heads, d, row_stride, cos, sin, y, same, same, same);
 }
 
-float bf16_bits_to_float(uint16_t b) {
-    const uint32_t u = static_cast<uint32_t>(b) << 16;
-    float f;
-    std::memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-uint16_t float_to_bf16_bits(float f) {
-    if (std::isnan(f)) return 0x7fc0;
-    uint32_t u;
-    std::memcpy(&u, &f, sizeof u);
-    return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 void rope_rows_bf16(const uint16_t* x, int64_t rows, int64_t heads, int64_t d, int64_t row_stride,
                     const uint16_t* cos, const uint16_t* sin, uint16_t* y) {
-    auto round = [](float v) { return bf16_bits_to_float(float_to_bf16_bits(v)); };
-    rope_rows_impl(x, rows, heads, d, row_stride, cos, sin, y, bf16_bits_to_float, round,
+    rope_rows_impl(x, rows, heads, d, row_stride, cos, sin, y, bf16_bits_to_float, round_to_bf16,
                    float_to_bf16_bits);
 }
 

@@ -1,10 +1,12 @@
 // Rotary embedding of fp32 or bf16 rows (transformers' rotate_half form) as one call: a step's ~8
 // small ATen operators per q or k become one. One fixed sequence per element, the ATen expression's, so
 // the bits are those of `x * cos + cat(-x2, x1) * sin`. std-only; the ATen side is
-// model/transformer.cpp, which takes it for fp32 activations on the CPU.
+// model/transformer.cpp, which takes it for fp32 and bf16 activations on the CPU.
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/bf16.h"
 
 namespace pylookahead {
 
@@ -22,9 +24,5 @@ void rope_rows(const float* x, int64_t rows, int64_t heads, int64_t d, int64_t r
 // 0x7fc0 (c10::BFloat16's scalar rule; ATen's vector paths spell NaN differently).
 void rope_rows_bf16(const uint16_t* x, int64_t rows, int64_t heads, int64_t d, int64_t row_stride,
                     const uint16_t* cos, const uint16_t* sin, uint16_t* y);
-
-// ATen's bf16 conversions, for the kernel above and its tests.
-float bf16_bits_to_float(uint16_t b);
-uint16_t float_to_bf16_bits(float f);
 
 }  // namespace pylookahead

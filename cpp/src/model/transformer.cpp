@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "kernels/cpu_isa.h"
 #include "kernels/quant_format.h"
+#include "kernels/rms_norm.h"
 #include "kernels/rope.h"
 #include "model/attention.h"
 #include "model/bf16_linear.h"
@@ -544,13 +545,60 @@ at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, const a
     return stack[0].toTensor();
 }
 
+namespace {
+
+// The CPU fp32 / bf16 rows kernels/rms_norm.h takes (same bits as the ATen expression below).
+bool norm_kernel_applies(const at::Tensor& x, const at::Tensor& weight) {
+    const at::ScalarType t = x.scalar_type();
+    return x.is_cpu() && (t == at::kFloat || t == at::kBFloat16) && x.dim() == 2 &&
+           x.is_contiguous() && weight.scalar_type() == t && weight.is_contiguous();
+}
+
+template <typename T>
+T* elems(const at::Tensor& t) {
+    return reinterpret_cast<T*>(t.data_ptr());
+}
+
+}  // namespace
+
 at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
+    const float eps = static_cast<float>(config_.rms_norm_eps);  // ATen rounds the scalar so too
+    if (norm_kernel_applies(x, weight)) {
+        at::Tensor y = at::empty_like(x);
+        if (x.scalar_type() == at::kFloat) {
+            rms_norm_rows(elems<float>(x), x.size(0), x.size(1), elems<float>(weight), eps,
+                          elems<float>(y));
+        } else {
+            rms_norm_rows_bf16(elems<uint16_t>(x), x.size(0), x.size(1), elems<uint16_t>(weight),
+                               eps, elems<uint16_t>(y));
+        }
+        return y;
+    }
     // As transformers: normalise in fp32 (fp64 stays fp64), cast back, then scale.
     at::ScalarType acc = dtype_ == at::kDouble ? at::kDouble : at::kFloat;
     at::Tensor xf = x.to(acc);
     at::Tensor var = xf.pow(2).mean(-1, true);
     xf = xf * at::rsqrt(var + config_.rms_norm_eps);
     return weight * xf.to(dtype_);
+}
+
+at::Tensor Transformer::add_rms_norm(at::Tensor& x, const at::Tensor& delta,
+                                     const at::Tensor& weight) const {
+    if (norm_kernel_applies(x, weight) && delta.scalar_type() == x.scalar_type() &&
+        delta.is_contiguous() && delta.sizes() == x.sizes()) {
+        const float eps = static_cast<float>(config_.rms_norm_eps);
+        at::Tensor y = at::empty_like(x);
+        if (x.scalar_type() == at::kFloat) {
+            add_rms_norm_rows(elems<float>(x), elems<float>(delta), x.size(0), x.size(1),
+                              elems<float>(weight), eps, elems<float>(y));
+        } else {
+            add_rms_norm_rows_bf16(elems<uint16_t>(x), elems<uint16_t>(delta), x.size(0), x.size(1),
+                                   elems<uint16_t>(weight), eps, elems<uint16_t>(y));
+        }
+        return y;
+    }
+    x = x + delta;
+    return rms_norm(x, weight);
 }
 
 at::Tensor Transformer::sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
@@ -632,10 +680,12 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
     if (use_exact) {
         for (int32_t r = 0; r < t; ++r) all_rows.push_back(r);
     }
-    at::Tensor x = at::embedding(embed_, tokens);  // [T, hidden]
+    at::Tensor x = at::embedding(embed_, tokens);  // [T, hidden], the residual stream
+    at::Tensor mlp_out;  // the previous layer's MLP output, added to x by the next norm
     for (int i = 0; i < c.num_hidden_layers; ++i) {
         const LayerWeights& lw = layers_[i];
-        at::Tensor hn = rms_norm(x, lw.input_norm);
+        at::Tensor hn = mlp_out.defined() ? add_rms_norm(x, mlp_out, lw.input_norm)
+                                          : rms_norm(x, lw.input_norm);
         at::Tensor qkv = linear(hn, lw.qkv, lw.qkv_bias, (h + 2 * hkv) * d);  // [T, (H+2Hkv)D]
         at::Tensor q = qkv.narrow(1, 0, h * d).view({t, h, d});
         at::Tensor k = qkv.narrow(1, h * d, hkv * d).view({t, hkv, d});
@@ -655,15 +705,20 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         }
         attn = attn.view({t, h * d});
         at::Tensor o = linear(attn, lw.o, lw.o_bias, c.hidden_size);
-        x = x + o;
-        hn = rms_norm(x, lw.post_norm);
+        hn = add_rms_norm(x, o, lw.post_norm);                                // x += o
         at::Tensor gu = linear(hn, lw.gate_up, {}, 2 * c.intermediate_size);  // [T, 2I]
         const int64_t inter = c.intermediate_size;
         at::Tensor act = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
-        x = x + linear(act, lw.down, {}, c.hidden_size);
+        mlp_out = linear(act, lw.down, {}, c.hidden_size);
     }
-    at::Tensor sel = out_rows.size(0) == t ? x : x.index_select(0, out_rows);
-    return linear(rms_norm(sel, final_norm_), lm_head_, {}, c.vocab_size);  // [R, V]
+    at::Tensor normed;
+    if (out_rows.size(0) == t) {
+        normed = add_rms_norm(x, mlp_out, final_norm_);
+    } else {
+        x = x + mlp_out;
+        normed = rms_norm(x.index_select(0, out_rows), final_norm_);
+    }
+    return linear(normed, lm_head_, {}, c.vocab_size);  // [R, V]
 }
 
 }  // namespace pylookahead

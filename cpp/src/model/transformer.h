@@ -125,7 +125,10 @@ class Transformer {
     // weight for it. False on a failed probe (weights untouched); exceptions of the packing
     // (e.g. oneDNN refusing this CPU) propagate.
     bool try_kernel(LinearKernel kernel);
+    // x [T, hidden] -> transformers' RMS norm of x times weight, [T, hidden] in dtype().
     at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight) const;
+    // x += delta (in place, x's dtype), then rms_norm(x, weight). x, delta [T, hidden].
+    at::Tensor add_rms_norm(at::Tensor& x, const at::Tensor& delta, const at::Tensor& weight) const;
     // q [R, H, D], keys/values [Hkv, S, D], mask [R, S] bool or nullopt -> [R, H, D]
     at::Tensor sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const std::optional<at::Tensor>& mask, bool is_causal) const;
