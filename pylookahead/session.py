@@ -166,16 +166,36 @@ class Session:
         self,
         model: str | Path | Model,
         *,
-        device: str = "cpu",
-        dtype: str = "float32",
+        device: str | None = None,
+        dtype: str | None = None,
         kv_capacity: int = 0,
-        num_threads: int = 0,
+        num_threads: int | None = None,
     ) -> None:
-        """`model`: a loaded `Model` (then `device`, `dtype` and `num_threads` are its own), or what
-        `Model` takes. `kv_capacity`: KV cache rows (0: the model's default; SessionConfig)."""
-        self.model = (
-            model if isinstance(model, Model) else Model(model, device=device, dtype=dtype, num_threads=num_threads)
-        )
+        """`model`: a loaded `Model`, or what `Model` takes (with `device`, `dtype` and `num_threads`,
+        default "cpu", "float32" and 0). A loaded Model has its own device, dtype and threads: giving
+        them here as well is a ValueError unless they are the Model's. `kv_capacity`: KV cache rows
+        (0: the model's default; SessionConfig)."""
+        if isinstance(model, Model):
+            info = model.info
+            for field, value, own in (("device", device, info.device), ("dtype", dtype, info.dtype)):
+                if value is not None and value != own:
+                    raise ValueError(
+                        f"{field}={value!r}: a Session over a loaded Model runs on the Model's {field} ({own!r}); "
+                        f"pass {field} to Model(...) instead"
+                    )
+            if num_threads is not None:
+                raise ValueError(
+                    f"num_threads={num_threads!r}: a Session over a loaded Model uses the Model's threads; "
+                    "pass num_threads to Model(...) instead"
+                )
+            self.model = model
+        else:
+            self.model = Model(
+                model,
+                device="cpu" if device is None else device,
+                dtype="float32" if dtype is None else dtype,
+                num_threads=0 if num_threads is None else num_threads,
+            )
         config = _core.SessionConfig()
         config.kv_capacity = _c_int("kv_capacity", kv_capacity)
         self._session = _core.Session(self.model._core, config)

@@ -299,6 +299,23 @@ def test_sessions_share_one_model(tiny_llama: Path, session: Session) -> None:
     assert b.generate(IDS, max_new_tokens=12, lookahead=LOOKAHEAD).token_ids == expected
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        (dict(dtype="bfloat16"), r"dtype='bfloat16'.*Model's dtype \('float32'\).*Model\(\.\.\.\)"),
+        (dict(device="cuda"), r"device='cuda'.*Model's device \('cpu'\)"),
+        (dict(num_threads=1), r"num_threads=1.*Model's threads"),
+    ],
+)
+def test_session_over_a_model_refuses_other_model_options(tiny_llama: Path, kwargs, pattern: str) -> None:
+    model = pylookahead.Model(tiny_llama)  # float32 on the CPU
+    with pytest.raises(ValueError, match=pattern):
+        Session(model, **kwargs)
+    # the Model's own values are accepted, and a session over it runs
+    same = Session(model, device="cpu", dtype="float32")
+    assert same.model is model and len(same.generate(IDS, max_new_tokens=2).token_ids) == 2
+
+
 def test_model_info(session: Session) -> None:
     info = session.model.info
     assert info.architecture == "LlamaForCausalLM"
