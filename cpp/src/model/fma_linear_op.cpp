@@ -3,7 +3,10 @@
 #include <ATen/Parallel.h>
 #include <ATen/record_function.h>
 
+#include <algorithm>
+
 #include "check.h"
+#include "kernels/bf16.h"
 #include "kernels/fma_linear.h"
 #include "kernels/quant_format.h"
 
@@ -92,21 +95,42 @@ at::Tensor fma_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n,
                    (bias.scalar_type() == at::kFloat && bias.is_contiguous() && bias.numel() == n),
                "fma_linear needs an fp32 bias of N values");
     const int64_t rows = x.size(0), k = x.size(1), blocks = packed.size(0);
-    const at::Tensor xf = x.to(at::kFloat).contiguous();
+    // The kernel reads and writes fp32. bf16 activations are widened, and a bf16 result rounded
+    // (nearest even), here with ATen's rules (kernels/bf16.h): no ATen cast operator per call.
+    const bool bf16_in = x.scalar_type() == at::kBFloat16 && x.is_contiguous();
+    const bool bf16_out = out_dtype == at::kBFloat16;
+    at::Tensor xf;
+    if (bf16_in) {
+        xf = at::empty({rows, k}, x.options().dtype(at::kFloat));
+        const auto* src = reinterpret_cast<const uint16_t*>(x.const_data_ptr<at::BFloat16>());
+        float* dst = xf.data_ptr<float>();
+        for (int64_t i = 0; i < rows * k; ++i) dst[i] = bf16_bits_to_float(src[i]);
+    } else {
+        xf = x.to(at::kFloat).contiguous();
+    }
     at::Tensor y = at::empty({rows, n}, xf.options());
+    at::Tensor out = bf16_out ? at::empty({rows, n}, xf.options().dtype(at::kBFloat16)) : y;
     if (rows > 0) {
         const float* xp = xf.data_ptr<float>();
         const void* wp = packed.data_ptr();
         const float* bp = bias.defined() ? bias.data_ptr<float>() : nullptr;
         float* yp = y.data_ptr<float>();
+        auto* op =
+            bf16_out ? reinterpret_cast<uint16_t*>(out.mutable_data_ptr<at::BFloat16>()) : nullptr;
         // Column blocks split among threads (each column is computed by one thread, so the split
-        // changes no bits); about 128 columns per task at least.
-        const int64_t grain = 128 / fma_linear_block_cols(format);
-        at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+        // changes no bits); about 128 columns per task at least. A task rounds its own columns.
+        const int64_t cols = fma_linear_block_cols(format);
+        at::parallel_for(0, blocks, 128 / cols, [&](int64_t b0, int64_t b1) {
             fma_linear_blocks(path, format, xp, rows, k, k, wp, b0, b1, bp, yp, n, n);
+            if (op == nullptr) return;
+            const int64_t c0 = b0 * cols, c1 = std::min(n, b1 * cols);
+            for (int64_t r = 0; r < rows; ++r) {
+                for (int64_t c = c0; c < c1; ++c) op[r * n + c] = float_to_bf16_bits(yp[r * n + c]);
+            }
         });
     }
-    return out_dtype == at::kFloat ? y : y.to(out_dtype);
+    if (bf16_out || out_dtype == at::kFloat) return out;
+    return y.to(out_dtype);
 }
 
 }  // namespace pylookahead
