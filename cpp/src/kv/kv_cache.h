@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 
+#include <vector>
+
 namespace pylookahead {
 
 class KvCache {
@@ -16,10 +18,11 @@ class KvCache {
     int capacity() const { return capacity_; }
 
     // [Hkv, len, D] views of rows 0..len-1 of `layer`.
-    at::Tensor keys(int layer, int64_t len) const { return data_[layer][0].narrow(1, 0, len); }
-    at::Tensor values(int layer, int64_t len) const { return data_[layer][1].narrow(1, 0, len); }
+    at::Tensor keys(int layer, int64_t len) const { return keys_[layer].narrow(1, 0, len); }
+    at::Tensor values(int layer, int64_t len) const { return values_[layer].narrow(1, 0, len); }
 
-    // Writes k, v [T, Hkv, D] into rows start .. start+T-1 of `layer`.
+    // Writes k, v [T, Hkv, D] into rows start .. start+T-1 of `layer`. On the CPU, with the
+    // cache's dtype and contiguous rows of D, by one memcpy per (row, head): no ATen operator.
     void write(int layer, int64_t start, const at::Tensor& k, const at::Tensor& v);
 
     // Copies row `src` to row `dst` in every layer, keys and values.
@@ -27,7 +30,9 @@ class KvCache {
 
   private:
     int capacity_;
-    at::Tensor data_;  // [L, 2, Hkv, capacity, D]
+    at::Tensor data_;                 // [L, 2, Hkv, capacity, D]
+    std::vector<at::Tensor> keys_;    // per layer, the [Hkv, capacity, D] view data_[l][0]
+    std::vector<at::Tensor> values_;  // per layer, data_[l][1]
 };
 
 }  // namespace pylookahead
