@@ -1,0 +1,157 @@
+"""Two builds of the engine side by side: greedy tokens/s and the 1-token step cost, same prompts, same machine.
+
+A change to the engine's inner loop (a fused kernel, less operator glue) is claimed from this: the build under
+test is the `pylookahead` importable here (the working tree's install), the base is a copy of an earlier install
+(`--base DIR`, a directory holding a `pylookahead/` package, e.g. `cp -r .venv/lib/python3*/site-packages/pylookahead
+/tmp/base/` before rebuilding). Each (build, dtype) runs in its own subprocess, rounds alternate the builds, and
+every greedy output of the two builds must be identical token for token (a change that moves bits has to say so
+elsewhere: this compares speed at equal output).
+
+    python benchmarks/builds_ab.py --base /tmp/base --base-label 7190754 --dtypes bfloat16,float32 \\
+        --out benchmarks/results/builds/norm-fusion.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from statistics import median
+
+
+def worker(args: argparse.Namespace) -> int:
+    """One build, one dtype: load, calibrate, generate greedy on the prompts; JSON on stdout."""
+    import torch
+
+    import pylookahead
+    from pylookahead import Model, Session
+    from pylookahead.tools import bench
+
+    torch.set_num_threads(args.threads)
+    dtype, _, quantize = args.dtype.partition(":")
+    model = Model(args.model, dtype=dtype, num_threads=args.threads, quantize=quantize or None)
+    session = Session(model)
+    prompts, _ = bench.build_prompts("humaneval", model.tokenizer, args.prompts, "spread")
+    table = dict(session.calibrate())
+    runs = []
+    for p in prompts:
+        out = session.generate(list(p.ids), max_new_tokens=args.max_new_tokens)
+        runs.append({"prompt": p.id, "tok_s": out.stats.new_tokens / out.stats.decode_s, "ids": out.token_ids})
+    print(json.dumps({
+        "module": pylookahead.__file__,
+        "linear_kernel": model.info.linear_kernel,
+        "quantize": model.info.quantize,
+        "cpu_isa": model.info.cpu_isa,
+        "step_1_token_s": table[1],
+        "runs": runs,
+    }))  # fmt: skip
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", type=Path, help="directory holding the base build's pylookahead/")
+    parser.add_argument("--base-label", default="base", help="what the base build is (e.g. its commit)")
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument(
+        "--dtypes", default="bfloat16,float32", help="comma list of DTYPE or DTYPE:QUANTIZE (e.g. bfloat16:int8)"
+    )
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prompts", type=int, default=3, help="HumanEval prompts per round")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--dtype", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        return worker(args)
+    if args.base is None or not (args.base / "pylookahead" / "__init__.py").is_file():
+        parser.error(f"--base {args.base}: no pylookahead/__init__.py there")
+
+    import torch
+
+    import pylookahead
+    from pylookahead.tools import bench
+
+    builds = {"test": None, "base": str(args.base.resolve())}
+    dtypes = args.dtypes.split(",")
+    results: dict[str, dict[str, list[dict]]] = {b: {d: [] for d in dtypes} for b in builds}
+    for rnd in range(args.rounds):
+        for dtype in dtypes:
+            for b in list(builds) if rnd % 2 == 0 else list(builds)[::-1]:
+                env = dict(os.environ)
+                if builds[b] is not None:
+                    env["PYTHONPATH"] = builds[b] + os.pathsep + env.get("PYTHONPATH", "")
+                cmd = [sys.executable, __file__, "--worker", "--model", args.model, "--dtype", dtype,
+                       "--threads", str(args.threads), "--prompts", str(args.prompts),
+                       "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/")
+                if proc.returncode != 0:
+                    sys.stderr.write(proc.stderr)
+                    return 2
+                r = json.loads(proc.stdout.strip().splitlines()[-1])
+                results[b][dtype].append(r)
+                print(
+                    f"round {rnd + 1}/{args.rounds} {dtype} {b}: greedy median "
+                    f"{median(x['tok_s'] for x in r['runs']):.1f} tok/s, 1-token step "
+                    f"{r['step_1_token_s'] * 1e3:.1f} ms",
+                    flush=True,
+                )
+
+    summary = {}
+    same = True
+    for dtype in dtypes:
+        row = {}
+        for b in builds:
+            rs = results[b][dtype]
+            row[b] = {
+                "module": rs[0]["module"],
+                "linear_kernel": rs[0]["linear_kernel"],
+                "quantize": rs[0]["quantize"],
+                "cpu_isa": rs[0]["cpu_isa"],
+                "greedy_tok_s_median": median(x["tok_s"] for r in rs for x in r["runs"]),
+                "step_1_token_ms_median": median(r["step_1_token_s"] for r in rs) * 1e3,
+            }
+        ids = {b: [x["ids"] for r in results[b][dtype] for x in r["runs"]] for b in builds}
+        row["greedy_identical"] = ids["test"] == ids["base"]
+        same = same and row["greedy_identical"]
+        row["test_vs_base_tok_s"] = row["test"]["greedy_tok_s_median"] / row["base"]["greedy_tok_s_median"]
+        row["base_vs_test_step"] = row["base"]["step_1_token_ms_median"] / row["test"]["step_1_token_ms_median"]
+        summary[dtype] = row
+        print(
+            f"{dtype}: greedy {row['test']['greedy_tok_s_median']:.1f} vs {row['base']['greedy_tok_s_median']:.1f} "
+            f"tok/s ({row['test_vs_base_tok_s']:.2f}x); 1-token step {row['test']['step_1_token_ms_median']:.1f} vs "
+            f"{row['base']['step_1_token_ms_median']:.1f} ms; identical output: {row['greedy_identical']}"
+        )
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        out = {
+            "kind": "builds-ab",
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": "python benchmarks/builds_ab.py "
+            + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+            "machine": bench.machine_info(),
+            "versions": {"pylookahead": pylookahead.__version__, "torch": torch.__version__},
+            "settings": {
+                "model": args.model,
+                "threads": args.threads,
+                "rounds": args.rounds,
+                "prompts": args.prompts,
+                "max_new_tokens": args.max_new_tokens,
+                "base": args.base_label,
+            },
+            "dtypes": summary,
+        }
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+        print(f"wrote {args.out}")
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
