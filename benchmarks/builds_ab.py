@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [sys.executable, __file__, "--worker", "--model", args.model, "--dtype", dtype,
                        "--threads", str(args.threads), "--prompts", str(args.prompts),
                        "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
-                proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/")
+                proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, cwd="/")
                 if proc.returncode != 0:
                     sys.stderr.write(proc.stderr)
                     return 2
