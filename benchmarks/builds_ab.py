@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import subprocess
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
@@ -74,9 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.base is None or not (args.base / "pylookahead" / "__init__.py").is_file():
         parser.error(f"--base {args.base}: no pylookahead/__init__.py there")
 
-    import torch
-
-    import pylookahead
     from pylookahead.tools import bench
 
     builds = {"test": None, "base": str(args.base.resolve())}
@@ -132,12 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         out = {
-            "kind": "builds-ab",
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "python benchmarks/builds_ab.py "
-            + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-            "machine": bench.machine_info(),
-            "versions": {"pylookahead": pylookahead.__version__, "torch": torch.__version__},
+            **bench.script_result_header("builds-ab", "benchmarks/builds_ab.py", argv),
             "settings": {
                 "model": args.model,
                 "threads": args.threads,

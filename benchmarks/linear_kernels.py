@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from statistics import median
 
@@ -44,7 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
 
-    import pylookahead
     from pylookahead import LookaheadConfig, Model, Session
     from pylookahead.tools import bench
 
@@ -126,16 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         out = {
-            "kind": "linear-kernels",
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": "python "
-            + " ".join(
-                shlex.quote(a)
-                for a in [__file__.split("/")[-2] + "/" + Path(__file__).name]
-                + (argv if argv is not None else sys.argv[1:])
-            ),
-            "machine": bench.machine_info(),
-            "versions": {"pylookahead": pylookahead.__version__, "torch": torch.__version__},
+            **bench.script_result_header("linear-kernels", "benchmarks/linear_kernels.py", argv),
             "settings": {
                 "model": args.model,
                 "dtype": args.dtype,

@@ -271,6 +271,23 @@ def machine_info() -> dict[str, Any]:
     return info
 
 
+def script_result_header(kind: str, script: str, argv: Sequence[str] | None) -> dict[str, Any]:
+    """The fields every benchmarks/*.py result file starts with: its kind, when, the command that made it (`script`
+    as run from the repository root, then `argv`, default this process's arguments), the machine and the versions."""
+    import torch
+
+    from .. import __version__
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return {
+        "kind": kind,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join(["python", script, *args]),
+        "machine": machine_info(),
+        "versions": {"pylookahead": __version__, "torch": torch.__version__},
+    }
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # prompts
 
