@@ -51,6 +51,12 @@ void KvCache::write(int layer, int64_t start, const at::Tensor& k, const at::Ten
     write_rows(values_[layer], start, v);
 }
 
+void KvCache::write_slots(int layer, const at::Tensor& slots, const at::Tensor& k,
+                          const at::Tensor& v) {
+    keys_[layer].index_copy_(1, slots, k.transpose(0, 1));
+    values_[layer].index_copy_(1, slots, v.transpose(0, 1));
+}
+
 void KvCache::move_row(int64_t src, int64_t dst) {
     PYLA_CHECK(src >= 0 && src < capacity_ && dst >= 0 && dst < capacity_,
                "KV move_row " << src << " -> " << dst << " out of range");

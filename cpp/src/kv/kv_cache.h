@@ -25,6 +25,14 @@ class KvCache {
     // cache's dtype and contiguous rows of D, by one memcpy per (row, head): no ATen operator.
     void write(int layer, int64_t start, const at::Tensor& k, const at::Tensor& v);
 
+    // Writes k, v [T, Hkv, D] into rows slots[0..T) of `layer`; slots [T] int64 on the cache's
+    // device. Device work only (no host sync): CUDA-graph capturable. Slots must be < capacity.
+    void write_slots(int layer, const at::Tensor& slots, const at::Tensor& k, const at::Tensor& v);
+
+    // [Hkv, capacity, D] views of all rows of `layer` (row stride D, head stride capacity * D).
+    const at::Tensor& layer_keys(int layer) const { return keys_[layer]; }
+    const at::Tensor& layer_values(int layer) const { return values_[layer]; }
+
     // Copies row `src` to row `dst` in every layer, keys and values.
     void move_row(int64_t src, int64_t dst);
 

@@ -646,17 +646,9 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
                                 const std::optional<at::Tensor>& mask, KvCache& kv, int64_t kv_len,
                                 const at::Tensor& out_rows, bool row_invariant,
                                 const uint8_t* host_mask) const {
-    const ModelConfig& c = config_;
-    const int64_t t = tokens.size(0), h = c.num_attention_heads, hkv = c.num_key_value_heads,
-                  d = c.head_dim;
+    const int64_t t = tokens.size(0);
     PYLA_CHECK(kv_len + t <= kv.capacity(), "step of " << t << " rows at kv_len " << kv_len
                                                        << " exceeds KV capacity " << kv.capacity());
-    // RoPE tables for this step's positions, fp32 then cast (as transformers does).
-    at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, D/2]
-    at::Tensor emb = at::cat({freqs, freqs}, -1);                                       // [T, D]
-    at::Tensor cos = emb.cos().to(dtype_).unsqueeze(1);                                 // [T, 1, D]
-    at::Tensor sin = emb.sin().to(dtype_).unsqueeze(1);
-
     // Attention mask over [committed rows | step rows]. Causal with nothing committed is the
     // one case SDPA's is_causal describes exactly; otherwise build the boolean mask.
     const bool use_exact = row_invariant && device_.is_cpu();
@@ -674,12 +666,51 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
             attn_mask = m;
         }
     }
-
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(config_.head_dim));
     std::vector<int32_t> all_rows;
     if (use_exact) {
         for (int32_t r = 0; r < t; ++r) all_rows.push_back(r);
     }
+    auto attend = [&](int i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        kv.write(i, kv_len, k, v);
+        if (!use_exact) {
+            return sdpa(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), attn_mask, is_causal);
+        }
+        // Decode steps: every row through the row-invariant kernel (the window rows too: on CPU
+        // it is faster than masked SDPA for these small steps).
+        at::Tensor attn = at::empty(q.sizes(), q.options());
+        attention_rows(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), kv_len, host_mask,
+                       all_rows, scale, attn);
+        return attn;
+    };
+    Residual res = run_layers(tokens, positions, attend);
+    at::Tensor normed;
+    if (out_rows.size(0) == t) {
+        normed = add_rms_norm(res.x, res.mlp_out, final_norm_);
+    } else {
+        res.x = res.x + res.mlp_out;
+        normed = rms_norm(res.x.index_select(0, out_rows), final_norm_);
+    }
+    return linear(normed, lm_head_, {}, config_.vocab_size);  // [R, V]
+}
+
+at::Tensor Transformer::forward_rows(const at::Tensor& tokens, const at::Tensor& positions,
+                                     const AttendFn& attend) const {
+    Residual res = run_layers(tokens, positions, attend);
+    return linear(add_rms_norm(res.x, res.mlp_out, final_norm_), lm_head_, {}, config_.vocab_size);
+}
+
+Transformer::Residual Transformer::run_layers(const at::Tensor& tokens, const at::Tensor& positions,
+                                              const AttendFn& attend) const {
+    const ModelConfig& c = config_;
+    const int64_t t = tokens.size(0), h = c.num_attention_heads, hkv = c.num_key_value_heads,
+                  d = c.head_dim;
+    // RoPE tables for this step's positions, fp32 then cast (as transformers does).
+    at::Tensor freqs = positions.to(at::kFloat).unsqueeze(1) * inv_freq_.unsqueeze(0);  // [T, D/2]
+    at::Tensor emb = at::cat({freqs, freqs}, -1);                                       // [T, D]
+    at::Tensor cos = emb.cos().to(dtype_).unsqueeze(1);                                 // [T, 1, D]
+    at::Tensor sin = emb.sin().to(dtype_).unsqueeze(1);
+
     at::Tensor x = at::embedding(embed_, tokens);  // [T, hidden], the residual stream
     at::Tensor mlp_out;  // the previous layer's MLP output, added to x by the next norm
     for (int i = 0; i < c.num_hidden_layers; ++i) {
@@ -692,18 +723,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         at::Tensor v = qkv.narrow(1, (h + hkv) * d, hkv * d).view({t, hkv, d});
         q = apply_rope(q, cos, sin).contiguous();
         k = apply_rope(k, cos, sin);
-        kv.write(i, kv_len, k, v);
-        at::Tensor attn;  // [T, H, D]
-        if (use_exact) {
-            // Decode steps: every row through the row-invariant kernel (the window rows too: on
-            // CPU it is faster than masked SDPA for these small steps).
-            attn = at::empty({t, h, d}, q.options());
-            attention_rows(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), kv_len, host_mask,
-                           all_rows, scale, attn);
-        } else {
-            attn = sdpa(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), attn_mask, is_causal);
-        }
-        attn = attn.view({t, h * d});
+        at::Tensor attn = attend(i, q, k, v).view({t, h * d});  // [T, H, D] -> [T, H D]
         at::Tensor o = linear(attn, lw.o, lw.o_bias, c.hidden_size);
         hn = add_rms_norm(x, o, lw.post_norm);                                // x += o
         at::Tensor gu = linear(hn, lw.gate_up, {}, 2 * c.intermediate_size);  // [T, 2I]
@@ -711,14 +731,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         at::Tensor act = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
         mlp_out = linear(act, lw.down, {}, c.hidden_size);
     }
-    at::Tensor normed;
-    if (out_rows.size(0) == t) {
-        normed = add_rms_norm(x, mlp_out, final_norm_);
-    } else {
-        x = x + mlp_out;
-        normed = rms_norm(x.index_select(0, out_rows), final_norm_);
-    }
-    return linear(normed, lm_head_, {}, c.vocab_size);  // [R, V]
+    return {x, mlp_out};
 }
 
 }  // namespace pylookahead

@@ -6,6 +6,7 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -82,6 +83,16 @@ class Transformer {
                        const at::Tensor& out_rows, bool row_invariant = false,
                        const uint8_t* host_mask = nullptr) const;
 
+    // The attention of one layer in a step: stores the step rows' K/V and returns [T, H, D].
+    // q [T, H, D] (RoPE applied, contiguous), k [T, Hkv, D] (RoPE applied), v [T, Hkv, D].
+    using AttendFn = std::function<at::Tensor(int layer, const at::Tensor& q, const at::Tensor& k,
+                                              const at::Tensor& v)>;
+    // Logits [T, V] in dtype() of every row of a step whose K/V writes and attention `attend`
+    // does: the decode step of a device runtime (cuda/cuda_step.h), where KV slots and visibility
+    // live in device memory. Issues only device work (no host sync): CUDA-graph capturable.
+    at::Tensor forward_rows(const at::Tensor& tokens, const at::Tensor& positions,
+                            const AttendFn& attend) const;
+
     // How the linear layers run (see linear()).
     LinearKernel linear_kernel() const { return kernel_; }
     // The candidates `auto` passed over before linear_kernel(), each as "name: reason".
@@ -132,6 +143,14 @@ class Transformer {
     // q [R, H, D], keys/values [Hkv, S, D], mask [R, S] bool or nullopt -> [R, H, D]
     at::Tensor sdpa(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
                     const std::optional<at::Tensor>& mask, bool is_causal) const;
+    // The residual stream after the last layer: x + mlp_out, kept apart so that the final norm can
+    // fuse the add (forward() over all rows) or take selected rows first.
+    struct Residual {
+        at::Tensor x, mlp_out;  // [T, hidden]
+    };
+    // Embedding, RoPE tables and every layer over `tokens` at `positions`; `attend` per layer.
+    Residual run_layers(const at::Tensor& tokens, const at::Tensor& positions,
+                        const AttendFn& attend) const;
     // x [T, heads, D]; cos, sin [T, 1, D] in dtype()
     static at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
