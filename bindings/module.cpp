@@ -209,11 +209,13 @@ void bind_config(py::module_& m) {
         .def_readwrite("linear_kernel", &EngineConfig::linear_kernel)
         .def_readwrite("quantize", &EngineConfig::quantize)
         .def_readwrite("quantize_lm_head", &EngineConfig::quantize_lm_head)
+        .def_readwrite("use_cuda_graphs", &EngineConfig::use_cuda_graphs)
         .def("validate", &EngineConfig::validate);
 
     py::class_<SessionConfig>(m, "SessionConfig")
         .def(py::init<>())
         .def_readwrite("kv_capacity", &SessionConfig::kv_capacity)
+        .def_readwrite("cuda_step_rows", &SessionConfig::cuda_step_rows)
         .def("validate", &SessionConfig::validate);
 }
 
@@ -278,6 +280,8 @@ void bind_results(py::module_& m) {
         .def_readonly("step_times_s", &GenerationStats::step_times_s)
         .def_readonly("lookahead_steps", &GenerationStats::lookahead_steps)
         .def_readonly("auto_decisions", &GenerationStats::auto_decisions)
+        .def_readonly("cuda_graphs", &GenerationStats::cuda_graphs)
+        .def_readonly("cuda_graph_bytes", &GenerationStats::cuda_graph_bytes)
         .def_property_readonly("compression", &GenerationStats::compression);
 
     py::class_<GenerationResult>(m, "GenerationResult")
@@ -307,6 +311,7 @@ void bind_results(py::module_& m) {
         .def_readonly("quantize", &ModelInfo::quantize)
         .def_readonly("quantize_lm_head", &ModelInfo::quantize_lm_head)
         .def_readonly("weight_bytes", &ModelInfo::weight_bytes)
+        .def_readonly("cuda_graphs", &ModelInfo::cuda_graphs)
         .def_readonly("weight_notes", &ModelInfo::weight_notes)
         .def_readonly("load_seconds", &ModelInfo::load_seconds);
 }

@@ -118,10 +118,12 @@ class Model:
         linear_kernel: str = "auto",
         quantize: str | None = None,
         quantize_lm_head: bool = True,
+        use_cuda_graphs: bool = True,
     ) -> None:
         """`model`: a checkpoint directory, a GGUF file, or a catalogue name already pulled
         (`pylookahead pull NAME`; otherwise ModelNotPulledError). The options are EngineConfig's
-        fields (cpp/include/pylookahead/config.h), checked by the engine; `quantize=None` is "auto"."""
+        fields (cpp/include/pylookahead/config.h), checked by the engine; `quantize=None` is "auto".
+        `use_cuda_graphs` applies on CUDA only (docs/design.md, "CUDA")."""
         engine = _core.EngineConfig()
         engine.device = _c_str("device", device)
         engine.dtype = _c_str("dtype", dtype)
@@ -131,6 +133,7 @@ class Model:
             raise ValueError(f"quantize must be None or a str (got {quantize!r})")
         engine.quantize = "auto" if quantize is None else quantize
         engine.quantize_lm_head = _c_bool("quantize_lm_head", quantize_lm_head)
+        engine.use_cuda_graphs = _c_bool("use_cuda_graphs", use_cuda_graphs)
         path = Path(model).expanduser()
         if not path.exists() and "/" not in str(model):
             # A catalogue name ("smollm2-135m-instruct"); a path goes straight to the loader,
@@ -170,11 +173,13 @@ class Session:
         dtype: str | None = None,
         kv_capacity: int = 0,
         num_threads: int | None = None,
+        cuda_step_rows: int = 64,
     ) -> None:
         """`model`: a loaded `Model`, or what `Model` takes (with `device`, `dtype` and `num_threads`,
         default "cpu", "float32" and 0). A loaded Model has its own device, dtype and threads: giving
         them here as well is a ValueError unless they are the Model's. `kv_capacity`: KV cache rows
-        (0: the model's default; SessionConfig)."""
+        (0: the model's default; SessionConfig). `cuda_step_rows`: on CUDA, the rows every decode step runs
+        (greedy and lookahead alike, so that lookahead == this Session's greedy; docs/design.md, "CUDA")."""
         if isinstance(model, Model):
             info = model.info
             for field, value, own in (("device", device, info.device), ("dtype", dtype, info.dtype)):
@@ -198,6 +203,7 @@ class Session:
             )
         config = _core.SessionConfig()
         config.kv_capacity = _c_int("kv_capacity", kv_capacity)
+        config.cuda_step_rows = _c_int("cuda_step_rows", cuda_step_rows)
         self._session = _core.Session(self.model._core, config)
         self._busy = threading.Lock()
         self._messages: list[dict[str, str]] = []

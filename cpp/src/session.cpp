@@ -22,6 +22,10 @@ void SessionConfig::validate() const {
     if (kv_capacity < 0) {
         throw ConfigError("kv_capacity must be >= 0 (got " + std::to_string(kv_capacity) + ")");
     }
+    if (cuda_step_rows < 1 || cuda_step_rows > 1024) {
+        throw ConfigError("cuda_step_rows must be in 1 .. 1024 (got " +
+                          std::to_string(cuda_step_rows) + ")");
+    }
 }
 
 // ---- Model -------------------------------------------------------------------------------------
@@ -65,8 +69,11 @@ struct Session::Impl {
                          const OnTokens& on_tokens);
     std::vector<StepCost> calibrate();  // Session::calibrate() without the busy check
 
-    Impl(std::shared_ptr<const Model> m, const Transformer& transformer, int capacity)
-        : model(std::move(m)), step_model(transformer, capacity) {
+    Impl(std::shared_ptr<const Model> m, const Transformer& transformer, int capacity,
+         int cuda_step_rows)
+        : model(std::move(m)),
+          step_model(transformer, capacity,
+                     DeviceStepOptions{cuda_step_rows, model->info().cuda_graphs}) {
         planner.set_fixed_shapes(step_model.prefers_fixed_shapes());
     }
 };
@@ -118,7 +125,7 @@ Session::Session(std::shared_ptr<const Model> model, const SessionConfig& config
     config.validate();
     const Transformer& transformer = *model->impl_->transformer;
     int capacity = choose_capacity(transformer.config(), config);
-    impl_ = std::make_unique<Impl>(std::move(model), transformer, capacity);
+    impl_ = std::make_unique<Impl>(std::move(model), transformer, capacity, config.cuda_step_rows);
 }
 
 Session::~Session() = default;
@@ -188,6 +195,8 @@ GenerationResult Session::Impl::run(DecodeRequest& req, const GenerationConfig& 
     s.context.clear();  // unknown until run_decode returns
     at::InferenceMode guard;
     GenerationResult result = run_decode(s.step_model, req, on_tokens);
+    result.stats.cuda_graphs = s.step_model.device_graphs();
+    result.stats.cuda_graph_bytes = s.step_model.device_graph_bytes();
     s.context = req.prompt;
     if (!result.token_ids.empty())
         s.context.insert(s.context.end(), result.token_ids.begin(), result.token_ids.end() - 1);
@@ -200,7 +209,17 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
                                    const std::optional<LookaheadConfig>& lookahead,
                                    const OnTokens& on_tokens) {
     BusyGuard busy(impl_->busy, "generate");
-    if (lookahead) lookahead->validate();
+    if (lookahead) {
+        lookahead->validate();
+        const int rows = impl_->step_model.max_step_rows();
+        if (rows > 0 && lookahead->tokens_per_step() > rows) {
+            throw ConfigError("lookahead needs " + std::to_string(lookahead->tokens_per_step()) +
+                              " tokens per step, more than the cuda_step_rows (" +
+                              std::to_string(rows) +
+                              ") every CUDA step runs; raise SessionConfig.cuda_step_rows or use a "
+                              "smaller window_size / verification_set_size / tree_rows");
+        }
+    }
     DecodeRequest req = make_request(impl_->model->info(), kv_capacity(), prompt, gen,
                                      lookahead ? lookahead->tokens_per_step() : 1);
     req.lookahead = lookahead;
@@ -224,6 +243,8 @@ GenerationResult Session::generate(const std::vector<TokenId>& prompt, const Gen
     int max_tokens = impl_->planner.costs().max_tokens();
     if (lookahead.max_tokens_per_step > 0)
         max_tokens = std::min(max_tokens, lookahead.max_tokens_per_step);
+    if (impl_->step_model.max_step_rows() > 0)
+        max_tokens = std::min(max_tokens, impl_->step_model.max_step_rows());
     const int64_t room = static_cast<int64_t>(kv_capacity()) - static_cast<int64_t>(prompt.size()) -
                          gen.max_new_tokens;
     max_tokens = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(max_tokens, room)));
@@ -237,6 +258,7 @@ std::vector<StepCost> Session::Impl::calibrate() {
     if (!planner.costs().has_table()) {
         CalibrationOptions options;
         options.vocab_size = model->info().vocab_size;
+        if (step_model.max_step_rows() > 0) options.max_tokens = step_model.max_step_rows();
         at::InferenceMode guard;
         // The table is of steps at this thread's own count: no governor probes in it.
         struct Ungoverned {

@@ -153,10 +153,13 @@ struct EngineConfig {
     std::string quantize = "auto";
     // Whether a quantized model's lm_head is quantized too (else it keeps dtype).
     bool quantize_lm_head = true;
+    // CUDA only (docs/design.md, "CUDA"): replay the decode step from a CUDA graph captured on a Session's first step (false: run it
+    // eagerly, for comparison; same bits).
+    bool use_cuda_graphs = true;
 
     // Throws ConfigError for an unknown dtype, a malformed device, a CUDA device when this
-    // libtorch has no usable CUDA, num_threads < 0 or above the machine's CPU count, an
-    // unknown linear_kernel or quantize, or quantize on a device other than the CPU.
+    // libtorch has no usable CUDA, float64 on CUDA, num_threads < 0 or above the machine's CPU
+    // count, an unknown linear_kernel or quantize, or quantize on a device other than the CPU.
     void validate() const;
 };
 
@@ -164,8 +167,13 @@ struct EngineConfig {
 struct SessionConfig {
     // KV cache rows (prompt + new tokens + one step); 0 = min(max_position_embeddings, 4096).
     int kv_capacity = 0;
+    // CUDA only (docs/design.md, "CUDA"). Every decode step, greedy or lookahead, runs this many
+    // rows (the step's tokens, then padding), so that every kernel sees one shape and a token's
+    // logits are the same bits in every step: lookahead output == this Session's greedy output.
+    // A lookahead configuration may use at most this many tokens per step. 1 .. 1024.
+    int cuda_step_rows = 64;
 
-    // Throws ConfigError if kv_capacity < 0. The upper bound (the model's max_position_embeddings,
+    // Throws ConfigError if kv_capacity < 0 or cuda_step_rows is outside 1 .. 1024. The upper bound (the model's max_position_embeddings,
     // or its sliding window) is checked by the Session constructor.
     void validate() const;
 };

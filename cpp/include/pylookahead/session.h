@@ -58,6 +58,7 @@ struct ModelInfo {
     // "Q6_K: 12 dequantized to bfloat16", "checkpoint: 121 quantized to int8".
     std::vector<std::string> weight_notes;
     int64_t weight_bytes = 0;  // bytes of the weights held (linear layers as packed)
+    bool cuda_graphs = false;  // EngineConfig::use_cuda_graphs on CUDA; false on the CPU
     double load_seconds = 0;   // wall time of Model::load (reading, casting, packing)
 };
 

@@ -96,6 +96,10 @@ struct GenerationStats {
     int64_t lookahead_steps = 0;       // steps that ran lookahead (the rest were greedy steps)
     // Automatic lookahead only: each configuration switch, in step order (empty otherwise).
     std::vector<AutoDecision> auto_decisions;
+    // CUDA: graphs the Session holds after the call (one per step shape; 0 without graphs or on
+    // the CPU) and the device memory their pools reserved.
+    int64_t cuda_graphs = 0;
+    int64_t cuda_graph_bytes = 0;
 
     // Tokens emitted per forward pass after prefill (the compression ratio; 1 for greedy). The
     // first new token comes from the prefill pass, so it is not counted. 0 when steps == 0.

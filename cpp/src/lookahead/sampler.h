@@ -34,6 +34,10 @@ class TokenSampler {
     TokenId sample(const float* logits, int vocab, int64_t position);
 
     bool greedy() const { return temperature_ == 0.0; }
+    double temperature() const { return temperature_; }
+    int top_k() const { return top_k_; }
+    double top_p() const { return top_p_; }
+    uint64_t seed() const { return seed_; }
 
   private:
     double temperature_;

@@ -53,6 +53,7 @@ at::Device parse_device(const std::string& s) {
         if (!at::hasCUDA()) {
             throw ConfigError("device '" + s + "' requested but this libtorch has no usable CUDA");
         }
+        if (!dev.has_index()) dev = at::Device(at::kCUDA, 0);  // "cuda" is cuda:0
     } else if (!dev.is_cpu()) {
         throw ConfigError("device must be 'cpu', 'cuda' or 'cuda:K' (got '" + s + "')");
     }
@@ -75,6 +76,9 @@ void EngineConfig::validate() const {
                           " (this machine's CPUs) (got " + std::to_string(num_threads) + ")");
     }
     parse_linear_kernel(linear_kernel);
+    if (parse_device(device).is_cuda() && parse_dtype(dtype) == at::kDouble) {
+        throw ConfigError("dtype 'float64' runs on the CPU only (got device '" + device + "')");
+    }
     if (parse_quantize(quantize, quantize_lm_head).mode ==
             Transformer::Quantization::Mode::kFormat &&
         !parse_device(device).is_cpu()) {
@@ -127,6 +131,7 @@ std::unique_ptr<Transformer> load_transformer(const std::string& model_dir,
     info.packed_weights = t.packed_weights();
     info.linear_kernel = linear_kernel_name(t.linear_kernel());
     info.linear_kernel_skipped = t.linear_kernel_skipped();
+    info.cuda_graphs = device.is_cuda() && engine.use_cuda_graphs;
     return transformer;
 }
 

@@ -11,14 +11,28 @@
 #endif
 
 #include "check.h"
+#include "pylookahead/errors.h"
+#include "runtime/device_sampler.h"
 
 namespace pylookahead {
 
-TorchStepModel::TorchStepModel(const Transformer& model, int capacity)
+TorchStepModel::TorchStepModel(const Transformer& model, int capacity,
+                               const DeviceStepOptions& device)
     : model_(model),
-      min_decode_rows_(model.min_invariant_rows()),
+      min_decode_rows_(model.device().is_cuda() ? 1 : model.min_invariant_rows()),
+      scratch_rows_(model.device().is_cuda() ? device.rows : min_decode_rows_),
       kv_(model.config().num_hidden_layers, model.config().num_key_value_heads,
-          capacity + min_decode_rows_ - 1, model.config().head_dim, model.dtype(), model.device()) {
+          capacity + scratch_rows_ - 1, model.config().head_dim, model.dtype(), model.device()) {
+    if (model.device().is_cuda()) {
+#if PYLA_WITH_CUDA
+        device_step_ = make_cuda_step(model, kv_, device.rows, device.use_graphs);
+#else
+        throw ConfigError(
+            "device '" + model.device().str() +
+            "': this build of pylookahead has no CUDA decode step (it was built against a torch "
+            "without CUDA; rebuild it against a CUDA torch)");
+#endif
+    }
     // PYLOOKAHEAD_GOVERN_THREADS=0 turns the governor off (benchmarks/contention.py compares).
     const char* env = std::getenv("PYLOOKAHEAD_GOVERN_THREADS");
     if (env != nullptr && std::string(env) == "0") govern_threads_ = false;
@@ -81,7 +95,44 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         return;
     }
 #endif
+    if (device_step_ && !exact_rows.empty()) {
+        run_device_step(tokens, positions, mask, out_rows, argmax, sampler);
+        return;
+    }
     run_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
+}
+
+void TorchStepModel::run_device_step(const std::vector<TokenId>& tokens,
+                                     const std::vector<int32_t>& positions, const uint8_t* mask,
+                                     const std::vector<int32_t>& out_rows,
+                                     std::vector<TokenId>* argmax, TokenSampler* sampler) {
+    std::vector<TokenId> all;  // argmax of every row of the step
+    const at::Tensor logits = device_step_->run(tokens, positions, mask, kv_len_, &all);
+    pending_rows_ = static_cast<int>(tokens.size());
+    const int rows = device_step_->rows();
+    if (sampler != nullptr && !sampler->greedy()) {
+        // Every row of the step is drawn (one [rows, V] shape for every step, so a row's draw is
+        // the same bits in every step); only rows ids come back.
+        std::vector<double> u(rows, 0.0);
+        for (int32_t r : out_rows) u[r] = uniform_at(sampler->seed(), int64_t{positions[r]} + 1);
+        const at::Tensor uniforms =
+            at::from_blob(u.data(), {rows}, at::kDouble).to(logits.device());
+        const at::Tensor ids = sample_rows(logits, uniforms, sampler->temperature(),
+                                           sampler->top_k(), sampler->top_p())
+                                   .to(at::kInt)
+                                   .cpu();
+        all.assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + rows);
+    }
+    argmax->resize(out_rows.size());
+    for (size_t i = 0; i < out_rows.size(); ++i) (*argmax)[i] = all[out_rows[i]];
+    if (successors_k_ > 0) {
+        std::vector<int64_t> rows_idx(out_rows.begin(), out_rows.end());
+        const at::Tensor idx =
+            at::from_blob(rows_idx.data(), {static_cast<int64_t>(rows_idx.size())}, at::kLong)
+                .to(logits.device());
+        std::vector<TokenId> exact;  // the choices above stand; only the successors are kept
+        top_k_rows(logits.index_select(0, idx), static_cast<int>(out_rows.size()), &exact);
+    }
 }
 
 void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
@@ -140,8 +191,23 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
     at::Tensor logits = model_.forward(in.tokens, in.positions, full_mask, kv_, kv_len_,
                                        in.out_rows, row_invariant, mask);
     pending_rows_ = static_cast<int>(t);
+    if (sampler != nullptr && model_.device().is_cuda()) {
+        // A prefill's draw on the device too: R ids come back, not R x V logits.
+        std::vector<double> u(out_rows.size());
+        for (size_t r = 0; r < out_rows.size(); ++r)
+            u[r] = uniform_at(sampler->seed(), int64_t{positions[out_rows[r]]} + 1);
+        const at::Tensor uniforms =
+            at::from_blob(u.data(), {static_cast<int64_t>(u.size())}, at::kDouble)
+                .to(logits.device());
+        const at::Tensor ids = sample_rows(logits.to(at::kFloat), uniforms, sampler->temperature(),
+                                           sampler->top_k(), sampler->top_p())
+                                   .to(at::kInt)
+                                   .cpu();
+        argmax->assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+        return;
+    }
     if (sampler != nullptr) {
-        // Sampling draws on the host from the R rows' fp32 logits (R x V floats to copy on a GPU).
+        // Sampling draws on the host from the R rows' fp32 logits.
         at::Tensor host = logits.to(at::kFloat).cpu().contiguous();
         const int vocab = static_cast<int>(host.size(1));
         const float* data = host.data_ptr<float>();

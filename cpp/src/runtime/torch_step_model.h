@@ -5,19 +5,28 @@
 
 #include <ATen/ATen.h>
 
+#include <memory>
 #include <vector>
 
 #include "kv/kv_cache.h"
 #include "lookahead/decode_loop.h"
 #include "lookahead/thread_governor.h"
 #include "model/transformer.h"
+#include "runtime/device_step.h"
 
 namespace pylookahead {
 
+// How decode steps run on an accelerator (ignored on the CPU).
+struct DeviceStepOptions {
+    int rows = 64;  // rows of every decode step (real rows padded; SessionConfig::cuda_step_rows)
+    bool use_graphs = true;  // replay each step from a CUDA graph (EngineConfig::use_cuda_graphs)
+};
+
 class TorchStepModel : public StepModel {
   public:
-    // Allocates the KV cache ([L, 2, Hkv, capacity, D]) once. `model` must outlive this.
-    TorchStepModel(const Transformer& model, int capacity);
+    // Allocates the KV cache ([L, 2, Hkv, capacity + scratch rows, D]) once. `model` must outlive
+    // this. On CUDA every decode step runs `device.rows` rows through a DeviceStep.
+    TorchStepModel(const Transformer& model, int capacity, const DeviceStepOptions& device = {});
 
     // Decode steps on the CPU run with the thread count the ThreadGovernor picks (the calling
     // thread's OpenMP count or 1; the thread's own setting is restored after each step).
@@ -31,7 +40,12 @@ class TorchStepModel : public StepModel {
     const ThreadGovernor& thread_governor() const { return governor_; }
     void commit(const std::vector<int32_t>& src_rows) override;
     int kv_len() const override { return kv_len_; }
-    int kv_capacity() const override { return kv_.capacity() - (min_decode_rows_ - 1); }
+    int kv_capacity() const override { return kv_.capacity() - (scratch_rows_ - 1); }
+    // Most tokens a decode step may hold: the fixed rows of a device step; 0 = no limit (CPU).
+    int max_step_rows() const { return device_step_ ? device_step_->rows() : 0; }
+    // CUDA graphs held and the memory their pools reserved (0, 0 on the CPU or without graphs).
+    int device_graphs() const { return device_step_ ? device_step_->graphs() : 0; }
+    int64_t device_graph_bytes() const { return device_step_ ? device_step_->graph_bytes() : 0; }
     void truncate(int rows) override;
     // CUDA keeps fixed step shapes (graph replay); the CPU runs only a step's real rows.
     bool prefers_fixed_shapes() const override { return model_.device().is_cuda(); }
@@ -47,6 +61,10 @@ class TorchStepModel : public StepModel {
     at::Tensor prefill_logits(const std::vector<TokenId>& tokens);
 
   private:
+    // A decode step through device_step_: argmax or device-side sampling of the out rows.
+    void run_device_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
+                         const uint8_t* mask, const std::vector<int32_t>& out_rows,
+                         std::vector<TokenId>* argmax, TokenSampler* sampler);
     void run_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                   const uint8_t* mask, const std::vector<int32_t>& out_rows,
                   const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
@@ -69,7 +87,11 @@ class TorchStepModel : public StepModel {
     // M >= 4 (MKL fp32/fp64), but not for M = 1, so a one-token greedy step would round
     // differently from the same token inside a lookahead step (Transformer::min_invariant_rows).
     int min_decode_rows_;
+    // Cache rows past kv_capacity() that a step may write: min_decode_rows_ - 1 (CPU padding), or
+    // the device step's rows - 1.
+    int scratch_rows_;
     KvCache kv_;
+    std::unique_ptr<DeviceStep> device_step_;  // CUDA decode steps; null on the CPU
     int kv_len_ = 0;
     int pending_rows_ = 0;  // step rows written by the last forward_step
     // [3, cap] int64: row 0 token ids, row 1 positions, row 2 out rows of the current step.
