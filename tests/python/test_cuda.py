@@ -10,11 +10,11 @@ from __future__ import annotations
 import threading
 
 import pytest
+from test_lookahead_exact import engine_next_logits, la, repetitive_prompt
+from tolerances import assert_same_tokens
 
 import pylookahead
 from pylookahead import Model, Session
-from test_lookahead_exact import engine_next_logits, la, repetitive_prompt
-from tolerances import assert_same_tokens
 
 torch = pytest.importorskip("torch")
 

@@ -21,6 +21,9 @@
 #include "model/bf16_linear.h"
 #include "model/fma_linear_op.h"
 #include "pylookahead/errors.h"
+#if PYLA_WITH_CUDA
+#include "cuda/fused_ops.h"
+#endif
 
 namespace pylookahead {
 
@@ -547,6 +550,28 @@ at::Tensor Transformer::linear(const at::Tensor& x, const at::Tensor& w, const a
 
 namespace {
 
+// Float rows on a CUDA device, in a build with the fused CUDA ops (cuda/fused_ops.h): one kernel
+// where the ATen expression takes several; prefill and decode steps both take it.
+bool cuda_fused_applies(const at::Tensor& x) {
+#if PYLA_WITH_CUDA
+    const at::ScalarType t = x.scalar_type();
+    return x.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf);
+#else
+    (void)x;
+    return false;
+#endif
+}
+
+// silu(gu[:, :inter]) * gu[:, inter:] through the fused CUDA op (cuda_fused_applies(gu) only).
+at::Tensor silu_mul(const at::Tensor& gu, int64_t inter) {
+#if PYLA_WITH_CUDA
+    return cuda_silu_mul(gu.contiguous(), inter);
+#else
+    (void)inter;
+    return gu;  // not reached: cuda_fused_applies is false without CUDA
+#endif
+}
+
 // The CPU fp32 / bf16 rows kernels/rms_norm.h takes (same bits as the ATen expression below).
 bool norm_kernel_applies(const at::Tensor& x, const at::Tensor& weight) {
     const at::ScalarType t = x.scalar_type();
@@ -563,6 +588,9 @@ T* elems(const at::Tensor& t) {
 
 at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) const {
     const float eps = static_cast<float>(config_.rms_norm_eps);  // ATen rounds the scalar so too
+#if PYLA_WITH_CUDA
+    if (cuda_fused_applies(x) && x.dim() == 2) return cuda_rms_norm(x.contiguous(), weight, eps);
+#endif
     if (norm_kernel_applies(x, weight)) {
         at::Tensor y = at::empty_like(x);
         if (x.scalar_type() == at::kFloat) {
@@ -584,6 +612,12 @@ at::Tensor Transformer::rms_norm(const at::Tensor& x, const at::Tensor& weight) 
 
 at::Tensor Transformer::add_rms_norm(at::Tensor& x, const at::Tensor& delta,
                                      const at::Tensor& weight) const {
+#if PYLA_WITH_CUDA
+    if (cuda_fused_applies(x) && x.dim() == 2 && x.is_contiguous() && delta.is_contiguous() &&
+        delta.sizes() == x.sizes()) {
+        return cuda_add_rms_norm(x, delta, weight, static_cast<float>(config_.rms_norm_eps));
+    }
+#endif
     if (norm_kernel_applies(x, weight) && delta.scalar_type() == x.scalar_type() &&
         delta.is_contiguous() && delta.sizes() == x.sizes()) {
         const float eps = static_cast<float>(config_.rms_norm_eps);
@@ -636,6 +670,12 @@ at::Tensor Transformer::apply_rope(const at::Tensor& x, const at::Tensor& cos,
                        reinterpret_cast<uint16_t*>(y.mutable_data_ptr<at::BFloat16>()));
         return y;
     }
+#if PYLA_WITH_CUDA
+    if (cuda_fused_applies(x) && x.dim() == 3 && x.stride(2) == 1 && cos.is_contiguous() &&
+        sin.is_contiguous()) {
+        return cuda_rope(x, cos, sin);
+    }
+#endif
     const int64_t half = x.size(-1) / 2;
     at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
     at::Tensor rotated = at::cat({-x2, x1}, -1);
@@ -728,7 +768,9 @@ Transformer::Residual Transformer::run_layers(const at::Tensor& tokens, const at
         hn = add_rms_norm(x, o, lw.post_norm);                                // x += o
         at::Tensor gu = linear(hn, lw.gate_up, {}, 2 * c.intermediate_size);  // [T, 2I]
         const int64_t inter = c.intermediate_size;
-        at::Tensor act = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
+        at::Tensor act = cuda_fused_applies(gu)
+                             ? silu_mul(gu, inter)
+                             : at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
         mlp_out = linear(act, lw.down, {}, c.hidden_size);
     }
     return {x, mlp_out};
