@@ -75,7 +75,8 @@ class Transformer {
     // row_invariant  true: attention through the row-invariant kernel (attention.h), with
     //           host_mask [T * T] (null = causal) telling which step rows each row sees, so that a
     //           row's result does not depend on the other rows of the step (decode steps);
-    //           false: SDPA (prefill). CPU only (SDPA on CUDA).
+    //           false: SDPA (prefill). On CUDA only the latter: decode steps there go through
+    //           forward_rows (cuda/cuda_step.cpp).
     // Writes the step rows' K/V into kv rows kv_len .. kv_len+T-1.
     // Returns logits [R, V] in dtype().
     at::Tensor forward(const at::Tensor& tokens, const at::Tensor& positions,

@@ -16,6 +16,23 @@
 
 namespace pylookahead {
 
+namespace {
+
+// sample_rows() of logits [R, V] fp32 on their device with `sampler`'s options and the uniform
+// numbers u [R]: R token ids, copied to the host.
+std::vector<TokenId> draw_on_device(const at::Tensor& logits, std::vector<double> u,
+                                    const TokenSampler& sampler) {
+    const at::Tensor uniforms =
+        at::from_blob(u.data(), {static_cast<int64_t>(u.size())}, at::kDouble).to(logits.device());
+    const at::Tensor ids =
+        sample_rows(logits, uniforms, sampler.temperature(), sampler.top_k(), sampler.top_p())
+            .to(at::kInt)
+            .cpu();
+    return std::vector<TokenId>(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+}
+
+}  // namespace
+
 TorchStepModel::TorchStepModel(const Transformer& model, int capacity,
                                const DeviceStepOptions& device)
     : model_(model),
@@ -110,18 +127,12 @@ void TorchStepModel::run_device_step(const std::vector<TokenId>& tokens,
     const at::Tensor logits = device_step_->run(tokens, positions, mask, kv_len_, &all);
     pending_rows_ = static_cast<int>(tokens.size());
     const int rows = device_step_->rows();
-    if (sampler != nullptr && !sampler->greedy()) {
+    if (sampler != nullptr) {
         // Every row of the step is drawn (one [rows, V] shape for every step, so a row's draw is
-        // the same bits in every step); only rows ids come back.
+        // the same bits in every step); the others' draws (u = 0) are not read.
         std::vector<double> u(rows, 0.0);
         for (int32_t r : out_rows) u[r] = uniform_at(sampler->seed(), int64_t{positions[r]} + 1);
-        const at::Tensor uniforms =
-            at::from_blob(u.data(), {rows}, at::kDouble).to(logits.device());
-        const at::Tensor ids = sample_rows(logits, uniforms, sampler->temperature(),
-                                           sampler->top_k(), sampler->top_p())
-                                   .to(at::kInt)
-                                   .cpu();
-        all.assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + rows);
+        all = draw_on_device(logits, u, *sampler);
     }
     argmax->resize(out_rows.size());
     for (size_t i = 0; i < out_rows.size(); ++i) (*argmax)[i] = all[out_rows[i]];
@@ -196,14 +207,7 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
         std::vector<double> u(out_rows.size());
         for (size_t r = 0; r < out_rows.size(); ++r)
             u[r] = uniform_at(sampler->seed(), int64_t{positions[out_rows[r]]} + 1);
-        const at::Tensor uniforms =
-            at::from_blob(u.data(), {static_cast<int64_t>(u.size())}, at::kDouble)
-                .to(logits.device());
-        const at::Tensor ids = sample_rows(logits.to(at::kFloat), uniforms, sampler->temperature(),
-                                           sampler->top_k(), sampler->top_p())
-                                   .to(at::kInt)
-                                   .cpu();
-        argmax->assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+        *argmax = draw_on_device(logits.to(at::kFloat), u, *sampler);
         return;
     }
     if (sampler != nullptr) {
