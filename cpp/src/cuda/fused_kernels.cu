@@ -1,31 +1,20 @@
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "cuda/dtype_io.cuh"
 #include "cuda/fused_kernels.h"
 
 namespace pylookahead {
 
 namespace {
 
-// Loads widen to float; stores round to nearest even. Arithmetic below uses __fmul_rn /
-// __fadd_rn where an expression has a product and a sum, so nothing is contracted into an FMA.
-__device__ __forceinline__ float load(const float* p) { return *p; }
-__device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ void store(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
-// The value as the dtype holds it (float: itself).
-template <typename T>
-__device__ __forceinline__ float round_to(float v) {
-    T t;
-    store(&t, v);
-    return load(&t);
-}
+using cuda_io::load;
+using cuda_io::round_to;
+using cuda_io::store;
+// Arithmetic below uses __fmul_rn / __fadd_rn where an expression has a product and a sum, so
+// nothing is contracted into an FMA.
 
 constexpr int kNormThreads = 256;
 

@@ -1,11 +1,10 @@
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "cuda/dtype_io.cuh"
 #include "cuda/step_attention.h"
 
 namespace pylookahead {
@@ -16,12 +15,8 @@ constexpr int kChunk = 128;    // logical keys per chunk; also the block size
 constexpr int kThreads = 128;  // 4 warps
 constexpr int64_t kMaxShared = 48 * 1024;
 
-__device__ __forceinline__ float load(const float* p) { return *p; }
-__device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
-__device__ __forceinline__ void store(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+using cuda_io::load;
+using cuda_io::store;
 
 // Grid (rows, kv_heads), kThreads threads. Shared memory: q [G * D], weights [G * kChunk],
 // acc [G * D], per head (max, sum, rescale) [G * 3] as floats, then the chunk's cache rows
