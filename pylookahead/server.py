@@ -38,6 +38,7 @@ class ServerOptions:
     sessions: int = 2  # sessions (KV caches) that decode at once
     max_queue: int = 16  # requests that may wait for a session; more get 429
     kv_capacity: int = 0  # per session; 0 = the model's default (Session)
+    cuda_step_rows: int = 64  # per session, on CUDA: rows of every decode step (Session)
     default_max_tokens: int = 256  # chat completions without max_tokens
     reuse_cache: bool = True  # reuse the cached K/V rows of a shared prompt prefix
 
@@ -77,8 +78,10 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 class SessionPool:
     """`size` sessions over one model; acquire() waits (bounded) for an idle one, preferring cache affinity."""
 
-    def __init__(self, model: Model, size: int, max_queue: int, kv_capacity: int = 0) -> None:
-        self._slots = [_Slot(Session(model, kv_capacity=kv_capacity)) for _ in range(size)]
+    def __init__(self, model: Model, size: int, max_queue: int, kv_capacity: int = 0, cuda_step_rows: int = 64) -> None:
+        self._slots = [
+            _Slot(Session(model, kv_capacity=kv_capacity, cuda_step_rows=cuda_step_rows)) for _ in range(size)
+        ]
         self._idle = list(self._slots)
         self._max_queue = max_queue
         self.waiting = 0
@@ -191,7 +194,7 @@ def create_app(model: Model, options: ServerOptions):
 
     if model.tokenizer is None:
         raise ValueError(f"serving needs a tokenizer.json, which {model.path} lacks")
-    pool = SessionPool(model, options.sessions, options.max_queue, options.kv_capacity)
+    pool = SessionPool(model, options.sessions, options.max_queue, options.kv_capacity, options.cuda_step_rows)
     registry = CollectorRegistry()
     requests_total = Counter("pylookahead_requests", "Requests by endpoint and status", ["endpoint", "status"],
                              registry=registry)  # fmt: skip
@@ -403,13 +406,14 @@ def create_app(model: Model, options: ServerOptions):
 
 
 def serve(model: str, *, dtype: str = "float32", host: str = "127.0.0.1", port: int = 8000, sessions: int = 2,
-          max_queue: int = 16, num_threads: int = 0, kv_capacity: int = 0, log_level: str = "info") -> None:  # fmt: skip
-    """Load `model` (catalogue name, checkpoint directory or GGUF file) and serve it until interrupted."""
+          max_queue: int = 16, num_threads: int = 0, kv_capacity: int = 0, log_level: str = "info",
+          device: str = "cpu", cuda_step_rows: int = 64, use_cuda_graphs: bool = True) -> None:  # fmt: skip
+    """Load `model` (catalogue name, checkpoint directory or GGUF file) on `device` and serve it until interrupted."""
     import uvicorn
 
-    loaded = Model(model, dtype=dtype, num_threads=num_threads)
+    loaded = Model(model, device=device, dtype=dtype, num_threads=num_threads, use_cuda_graphs=use_cuda_graphs)
     app = create_app(loaded, ServerOptions(model_name=str(model), sessions=sessions, max_queue=max_queue,
-                                           kv_capacity=kv_capacity))  # fmt: skip
+                                           kv_capacity=kv_capacity, cuda_step_rows=cuda_step_rows))  # fmt: skip
     uvicorn.run(app, host=host, port=port, log_level=log_level)
 
 

@@ -75,3 +75,13 @@ def test_generate_stream_sampled_with_a_stop(tiny_llama: Path) -> None:
     # Streamed text stops right before the first occurrence of the stop word.
     first = words.index(words[3])
     assert streamed.stdout.splitlines()[0].split() == words[:first]
+
+
+def test_cuda_flags_are_passed_and_checked(tiny_llama: Path) -> None:
+    """--cuda-step-rows reaches the Session (checked there on every device; it changes nothing on the CPU)."""
+    ok = run_cli("generate", "--model", str(tiny_llama), "--prompt", "hello world", "--max-new-tokens", "5",
+                 "--greedy", "--threads", "1", "--cuda-step-rows", "8", "--no-cuda-graphs")  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    bad = run_cli("generate", "--model", str(tiny_llama), "--prompt", "hi", "--cuda-step-rows", "0")
+    assert bad.returncode == 2, (bad.stdout, bad.stderr)
+    assert "cuda_step_rows must be in 1 .. 1024 (got 0)" in bad.stderr, bad.stderr

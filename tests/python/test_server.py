@@ -236,3 +236,11 @@ def test_serve_cli_checks_its_numbers(capsys) -> None:
 
     assert main(["serve", "--sessions", "0"]) == 2
     assert "--sessions must be >= 1 (got 0)" in capsys.readouterr().err
+
+
+def test_cuda_step_rows_reach_every_session(tiny_llama: Path) -> None:
+    """ServerOptions.cuda_step_rows goes to each pooled Session, which checks it (on the CPU it changes nothing)."""
+    model = Model(tiny_llama, dtype="float64")
+    with pytest.raises(ValueError, match=r"cuda_step_rows must be in 1 \.\. 1024 \(got 0\)"):
+        create_app(model, ServerOptions(model_name="m", sessions=1, cuda_step_rows=0))
+    assert create_app(model, ServerOptions(model_name="m", sessions=2, cuda_step_rows=8)).state.pool.busy == 0
