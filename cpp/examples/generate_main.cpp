@@ -38,6 +38,7 @@ struct Options {
     pla::EngineConfig engine;
     pla::GenerationConfig gen;
     pla::LookaheadConfig lookahead;
+    pla::SessionConfig session;
     int stop_after = 0;  // 0 = off
 };
 
@@ -64,6 +65,9 @@ void print_usage(std::ostream& os) {
        << engine.dtype << ")\n"
        << "  --device NAME                    cpu, cuda or cuda:K (default " << engine.device
        << ")\n"
+       << "  --cuda-step-rows INT             on CUDA: rows of every decode step (default "
+       << pla::SessionConfig().cuda_step_rows << ")\n"
+       << "  --no-cuda-graphs                 on CUDA: decode steps without CUDA graphs\n"
        << "  --threads INT                    CPU threads, 0 keeps libtorch's default\n"
        << "  --linear-kernel NAME             auto, bf16-avx512, avx2, onednn, generic or aten "
           "(default "
@@ -166,6 +170,10 @@ Options parse_args(int argc, char** argv) {
             o.engine.dtype = value();
         } else if (arg == "--device") {
             o.engine.device = value();
+        } else if (arg == "--cuda-step-rows") {
+            o.session.cuda_step_rows = static_cast<int>(parse_int(value(), arg, 1, 1024));
+        } else if (arg == "--no-cuda-graphs") {
+            o.engine.use_cuda_graphs = false;
         } else if (arg == "--temperature") {
             o.gen.temperature = parse_double(value(), arg);
         } else if (arg == "--top-p") {
@@ -230,7 +238,7 @@ void print_result(const std::string& label, const pla::GenerationResult& r) {
 
 int run(const Options& o) {
     std::shared_ptr<const pla::Model> model = pla::Model::load(o.model_dir, o.engine);
-    pla::Session session(model);  // every generate() starts from an empty cache
+    pla::Session session(model, o.session);  // every generate() starts from an empty cache
     // The streaming hook: records each chunk's size and, with --stop-after, stops at exactly
     // that many tokens (keeping only part of the chunk that crosses the limit).
     std::vector<int> chunks;
