@@ -3,7 +3,7 @@
 # Prompts are a spread subset of each dataset (--limit): the full sets take hours here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B="python -m pylookahead bench --threads 2 --max-new-tokens 128 --no-progress"
+B="pylookahead bench --threads 2 --max-new-tokens 128 --no-progress"
 M=qwen2.5-coder-0.5b-instruct
 $B --model $M --dtype bfloat16 --dataset humaneval --limit 10 --config 2,3,2 --config 4,4,4 --config 0,4,2 --config auto \
    --out benchmarks/results/$M-bfloat16-humaneval.json

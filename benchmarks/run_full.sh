@@ -6,7 +6,7 @@
 # an idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B="python -m pylookahead bench --threads 2 --max-new-tokens 128 --no-progress --methods greedy,lookahead"
+B="pylookahead bench --threads 2 --max-new-tokens 128 --no-progress --methods greedy,lookahead"
 M=qwen2.5-coder-0.5b-instruct
 for D in humaneval mtbench; do
   $B --model $M --dtype bfloat16 --dataset $D --config 0,4,2 --config auto --pool both \
