@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "kernels/int8_dot_linear.h"
+#include "kernels/prefetch.h"
 #include "kernels/quant_format.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)

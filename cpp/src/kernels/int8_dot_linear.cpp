@@ -8,6 +8,7 @@
 
 #include "check.h"
 #include "kernels/fma_linear.h"
+#include "kernels/prefetch.h"
 #include "kernels/quant_format.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -130,7 +131,7 @@ PYLA_VNNI_TARGET void vnni_tile(const Acts& a, int64_t r0, const unsigned char* 
 #pragma GCC unroll 8
         for (int b = 0; b < NB; ++b) {
             for (int64_t line = 0; line < kRec; line += 64)
-                __builtin_prefetch(w[b] + (g + kAhead) * kRec + line);
+                prefetch_weights(w[b] + (g + kAhead) * kRec + line);
         }
         __m512i s[M][NB];
 #pragma GCC unroll 8

@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "kernels/cpu_isa.h"
+#include "kernels/prefetch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -42,8 +43,7 @@ PYLA_BF16_TARGET inline void tile(const uint16_t* x, int64_t x_stride, int64_t k
         __m512i wv[NB];
         for (int b = 0; b < NB; ++b) {
             wv[b] = _mm512_loadu_si512(w[b] + p * 2 * kBlock);
-            _mm_prefetch(reinterpret_cast<const char*>(w[b] + (p + kPrefetch) * 2 * kBlock),
-                         _MM_HINT_T0);
+            prefetch_weights(w[b] + (p + kPrefetch) * 2 * kBlock);
         }
         for (int m = 0; m < M; ++m) {
             int32_t pair;
