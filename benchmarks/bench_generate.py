@@ -12,10 +12,8 @@ installed wheel. Examples (see docs/benchmarks.md for the full set used for the 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
     from pylookahead.tools.bench import main
 
     sys.exit(main(sys.argv[1:], prog="benchmarks/bench_generate.py"))

@@ -78,7 +78,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", default="1,2", help="thread counts to run")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from pylookahead.tools.bench import machine_info
 
     policies = args.policies.split(",")

@@ -52,11 +52,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="8,16,32", help="R values of the full-R trees")
     parser.add_argument("--sources", default=",".join(SOURCES), help="sources run alone at every R (mix always)")
     parser.add_argument("--sized", default="32", help="R values of the cost-sized mix")
+    parser.add_argument(
+        "--baselines", default="auto,auto-classic,paper-W0,paper-W4", help="methods run beside greedy and the trees"
+    )
+    parser.add_argument(
+        "--keep-pool",
+        action="store_true",
+        help="each method keeps its pool (n-grams, texts, recycled successors) across a set's prompts (keep_pool)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import torch
 
     from pylookahead import AutoLookahead, LookaheadConfig, Model, Session
@@ -78,22 +85,41 @@ def main(argv: list[str] | None = None) -> int:
         "paper-W0": (calibrated, LookaheadConfig(window_size=0, ngram_size=4, verification_set_size=4)),
         "paper-W4": (calibrated, LookaheadConfig(window_size=4, ngram_size=3, verification_set_size=4)),
     }
+    baselines = [b for b in args.baselines.split(",") if b]
+    for b in baselines:
+        if b not in methods:
+            parser.error(f"--baselines: unknown method {b!r} (one of {', '.join(list(methods)[1:])})")
+    methods = {k: v for k, v in methods.items() if k == "greedy" or k in baselines}
     for r in rows:
         for name in sorted(set(sources) | {"mix"}, key=list(SOURCES).index):
             methods[f"{name}-R{r}"] = (flat, LookaheadConfig(window_size=0, tree_rows=r, **SOURCES[name]))
     for r in sized:
         methods[f"mix-sized-R{r}"] = (calibrated, LookaheadConfig(window_size=0, tree_rows=r, **SOURCES["mix"]))
 
+    if args.keep_pool:
+        # A kept pool is a session's: every lookahead method gets its own, with the same step costs.
+        def own(session: Session) -> Session:
+            s = Session(model)
+            s.calibrate(table if session is calibrated else [(1, 1.0), (1024, 1.0)])
+            return s
+
+        methods = {k: (own(s) if la is not None else s, la) for k, (s, la) in methods.items()}
+
     results: dict[str, Any] = {}
     started = time.time()
     for dataset in args.sets.split(","):
         prompts, description = bench.build_prompts(dataset, model.tokenizer, args.prompts, "spread")
+        for session, la in methods.values():
+            if la is not None and args.keep_pool:
+                session.reset()  # each set starts from an empty pool
         per: dict[str, dict[str, list]] = {m: {"tps": [], "steps": [], "tokens": [], "src": []} for m in methods}
         exact = {m: True for m in methods}
         for i, p in enumerate(prompts):
             ref = None
             for name, (session, lookahead) in methods.items():
-                out = session.generate(list(p.ids), max_new_tokens=args.max_new_tokens, lookahead=lookahead)
+                out = session.generate(
+                    list(p.ids), max_new_tokens=args.max_new_tokens, lookahead=lookahead, keep_pool=args.keep_pool
+                )
                 st = out.stats
                 if ref is None:
                     ref = out.token_ids
@@ -130,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "machine": bench.machine_info(),
         "model": args.model, "dtype": args.dtype, "threads": args.threads, "max_new_tokens": args.max_new_tokens,
+        "keep_pool": args.keep_pool,
         "linear_kernel": model.info.linear_kernel, "cpu_isa": model.info.cpu_isa,
         "step_costs": [list(c) for c in table],
         "methods": {name: (str(la) if la is not None else None) for name, (_, la) in methods.items()},

@@ -63,7 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     depths = [int(d) for d in args.depths.split(",")]
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import pylookahead
     from pylookahead.tools import bench
 

@@ -55,7 +55,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import httpx
     import torch
     import uvicorn

@@ -45,7 +45,6 @@ def grid(windows: list[int], ngrams: list[int], gsets: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
     from pylookahead.tools import bench
 
     parser = argparse.ArgumentParser(prog="benchmarks/sweep.py", description=__doc__.split("\n\n")[0])
