@@ -264,6 +264,43 @@ def test_suffix_lookup_searches_kept_shared_and_loaded_texts(tiny64, tmp_path: P
     assert shared.stats.steps == again.stats.steps
 
 
+def test_recycled_successors_are_kept_with_the_pool(tiny64, tmp_path: Path) -> None:
+    """Token recycling's table (each token's best next tokens, from earlier steps' logits) lives on the
+    pool: kept across calls with keep_pool, shared between sessions, emptied by a fresh pool; a saved
+    pool file does not hold it. Rows are free (a flat step-cost table), so step counts do not depend on
+    timing."""
+    tree = LookaheadConfig(window_size=0, ngram_size=3, verification_set_size=0, tree_rows=16, recycle_top_k=4)
+    free = [(1, 1.0), (1024, 1.0)]
+    prompt = [1, 5, 9, 14, 3, 27]
+    session = Session(tiny64)
+    session.calibrate(free)
+    greedy = session.generate(prompt, max_new_tokens=60)
+    first = session.generate(prompt, max_new_tokens=60, lookahead=tree)
+    again = session.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
+    assert first.token_ids == again.token_ids == greedy.token_ids
+    assert again.stats.steps < first.stats.steps, (again.stats.steps, first.stats.steps)
+    by_source = again.stats.accepted_tokens_by_source
+    assert by_source["recycle"] > first.stats.accepted_tokens_by_source["recycle"]
+    assert by_source["suffix"] == by_source["history"] == 0
+    # A fresh pool forgets the successors.
+    assert session.generate(prompt, max_new_tokens=60, lookahead=tree).stats.steps == first.stats.steps
+
+    other = Session(tiny64)
+    other.calibrate(free)
+    other.share_pool(session)
+    shared = other.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
+    assert shared.token_ids == greedy.token_ids
+    assert shared.stats.steps == again.stats.steps
+
+    session.save_pool(tmp_path / "pool.bin")
+    loaded = Session(tiny64)
+    loaded.calibrate(free)
+    loaded.load_pool(tmp_path / "pool.bin")
+    cold = loaded.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
+    assert cold.token_ids == greedy.token_ids
+    assert cold.stats.steps == first.stats.steps  # the file holds n-grams and texts, not successors
+
+
 def test_pool_file_errors_name_the_file_and_field(tiny64, tiny_model_factory, tmp_path: Path) -> None:
     session = Session(tiny64)
     session.generate(repetitive_prompt(1), max_new_tokens=8, lookahead=la(2, 3, 2))

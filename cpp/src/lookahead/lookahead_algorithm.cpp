@@ -20,7 +20,7 @@ LookaheadAlgorithm::LookaheadAlgorithm(const LookaheadConfig& config,
             pool_drafter_.emplace(shared_.get(), config.verification_set_size);
         }
         if (config.suffix_branches > 0) suffix_.emplace(config.suffix_branches, config.tree_rows);
-        if (config.recycle_top_k > 0) recycle_.emplace(config.recycle_top_k);
+        if (config.recycle_top_k > 0) recycle_.emplace(shared_.get(), config.recycle_top_k);
     }
 }
 
@@ -39,6 +39,7 @@ void LookaheadAlgorithm::start(const std::vector<TokenId>& prompt, TokenId first
         const SharedPool::Texts kept = keep_pool ? shared_->texts() : SharedPool::Texts();
         suffix_->start(&kept, prompt, first_token);
     }
+    if (recycle_) recycle_->start();
     history_.clear();
     recent_.assign(NgramPool::kContextLen + 1, NgramPool::kUnknown);
     push_recent(prompt.data(), static_cast<int>(prompt.size()));

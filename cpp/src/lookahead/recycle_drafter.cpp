@@ -6,47 +6,42 @@
 
 namespace pylookahead {
 
-RecycleDrafter::RecycleDrafter(int top_k) : k_(top_k) {
-    PYLA_CHECK(top_k >= 1, "recycle top_k " << top_k);
+RecycleDrafter::RecycleDrafter(SharedPool* pool, int top_k) : pool_(pool), k_(top_k) {
+    PYLA_CHECK(pool != nullptr && top_k >= 1, "recycle top_k " << top_k);
 }
 
-const TokenId* RecycleDrafter::row(TokenId token) const {
-    const size_t at = static_cast<size_t>(token) * k_;
-    if (token < 0 || at >= table_.size() || table_[at] < 0) return nullptr;
-    return table_.data() + at;
-}
+void RecycleDrafter::start() { pool_->start_successors(k_); }
 
 void RecycleDrafter::on_step(const StepRows& rows) {
     if (rows.k != k_) return;
-    for (int i = 0; i < rows.rows; ++i) {
-        const TokenId t = rows.tokens[i];
-        if (t < 0) continue;
-        const size_t at = static_cast<size_t>(t) * k_;
-        if (at + k_ > table_.size()) table_.resize(at + k_, -1);
-        std::copy_n(rows.successors + static_cast<size_t>(i) * k_, k_, table_.begin() + at);
-    }
+    pool_->with_successors([&](SuccessorTable& table) {
+        if (table.k() == k_) table.update(rows.tokens, rows.successors, rows.rows);
+    });
 }
 
 void RecycleDrafter::propose(const DraftContext& ctx, TokenTree* tree) {
     const DraftScorer& scorer = *ctx.scorer;
     heap_.clear();
-    auto push_children = [&](TokenId token, int parent, int depth, double score) {
-        const TokenId* r = row(token);
-        if (r == nullptr) return;
-        for (int j = 0; j < k_ && r[j] >= 0; ++j) {
-            heap_.push_back(
-                {score * scorer.rate(DraftSource::kRecycle, depth, j), parent, depth, j, r[j]});
-            std::push_heap(heap_.begin(), heap_.end());
+    pool_->with_successors([&](const SuccessorTable& table) {
+        if (table.k() != k_) return;
+        auto push_children = [&](TokenId token, int parent, int depth, double score) {
+            const TokenId* r = table.find(token);
+            if (r == nullptr) return;
+            for (int j = 0; j < k_ && r[j] >= 0; ++j) {
+                heap_.push_back(
+                    {score * scorer.rate(DraftSource::kRecycle, depth, j), parent, depth, j, r[j]});
+                std::push_heap(heap_.begin(), heap_.end());
+            }
+        };
+        push_children(ctx.x, TokenTree::kRoot, 1, 1.0);
+        for (int added = 0; added < ctx.budget && !heap_.empty(); ++added) {
+            std::pop_heap(heap_.begin(), heap_.end());
+            const Frontier f = heap_.back();
+            heap_.pop_back();
+            const int node = tree->add(f.parent, f.token, f.score, DraftSource::kRecycle, f.rank);
+            push_children(f.token, node, f.depth + 1, f.score);
         }
-    };
-    push_children(ctx.x, TokenTree::kRoot, 1, 1.0);
-    for (int added = 0; added < ctx.budget && !heap_.empty(); ++added) {
-        std::pop_heap(heap_.begin(), heap_.end());
-        const Frontier f = heap_.back();
-        heap_.pop_back();
-        const int node = tree->add(f.parent, f.token, f.score, DraftSource::kRecycle, f.rank);
-        push_children(f.token, node, f.depth + 1, f.score);
-    }
+    });
 }
 
 }  // namespace pylookahead

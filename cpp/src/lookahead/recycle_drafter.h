@@ -1,34 +1,38 @@
 // Token recycling, a draft source (std-only; Luo et al. 2024): for every token, the k best next
-// tokens the model predicted at the last row that held it, kept in a table that every step
-// updates from the logits it computed anyway (StepModel::set_successors). A lookup grows a tree
-// from x best-first: the highest-scoring frontier token is added, then its own successors
+// tokens the model predicted at the last row that held it, kept in the SharedPool's
+// SuccessorTable, which every step updates from the logits it computed anyway
+// (StepModel::set_successors); the table lives as long as the pool's n-grams (fresh per
+// generation, or kept across generations with GenerationConfig::keep_pool). A lookup grows a
+// tree from x best-first: the highest-scoring frontier token is added, then its own successors
 // become frontier tokens (score = parent score * DraftScorer rate at (depth, rank)), until the
 // budget is spent.
 //
-// Memory: k int32 per token id seen (the table grows to the largest id). Cost per lookup:
-// O(budget * k * log(budget * k)); per step O(rows * k).
+// Cost per lookup: O(budget * k * log(budget * k)) under the pool's lock; per step O(rows * k).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "lookahead/draft_source.h"
+#include "lookahead/shared_pool.h"
 
 namespace pylookahead {
 
 class RecycleDrafter : public Drafter {
   public:
-    explicit RecycleDrafter(int top_k);
+    // pool: not owned, outlives the drafter.
+    RecycleDrafter(SharedPool* pool, int top_k);
     int top_k() const { return k_; }
 
+    // Readies the pool's table for this drafter's k (kept if the pool kept one of that k).
+    void start();
     void propose(const DraftContext& ctx, TokenTree* tree) override;
     // rows.k must equal top_k(); rows with fewer successors are ignored.
     void on_step(const StepRows& rows) override;
 
   private:
-    const TokenId* row(TokenId token) const;
+    SharedPool* pool_;
     int k_;
-    std::vector<TokenId> table_;  // [ids * k], -1 = no successor known
     struct Frontier {
         double score;
         int32_t parent;  // tree node, or TokenTree::kRoot

@@ -13,6 +13,7 @@ void SharedPool::start_run(int ngram_len, int capacity, bool keep) {
         pool_ = NgramPool(ngram_len, capacity);
         texts_.clear();
         text_tokens_ = 0;
+        successors_.reset(0);
         return;
     }
     if (pool_.ngram_len() < ngram_len && !texts_.empty()) {
@@ -20,6 +21,16 @@ void SharedPool::start_run(int ngram_len, int capacity, bool keep) {
     } else if (pool_.ngram_len() != ngram_len || pool_.capacity() != capacity) {
         pool_ = pool_.reshaped(ngram_len, capacity);
     }
+}
+
+void SharedPool::start_successors(int k) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (successors_.k() != k) successors_.reset(k);
+}
+
+int64_t SharedPool::successors_known() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return successors_.tokens_known();
 }
 
 void SharedPool::add_text(std::vector<TokenId> text) {
@@ -62,6 +73,7 @@ std::pair<NgramPool, SharedPool::Texts> SharedPool::snapshot() const {
 void SharedPool::replace(NgramPool pool, Texts texts) {
     std::lock_guard<std::mutex> lock(mutex_);
     pool_ = std::move(pool);
+    successors_.reset(0);
     texts_.clear();
     text_tokens_ = 0;
     for (std::vector<TokenId>& text : texts) add_text_locked(std::move(text));

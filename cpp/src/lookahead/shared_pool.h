@@ -6,7 +6,8 @@
 // It also keeps the texts (prompt + output) of the generations that ran lookahead on it, newest
 // last, up to kMaxTextTokens tokens: a run whose N is larger than the pool's rebuilds the pool from
 // them (cutting entries can only shorten them, so a larger N would otherwise start empty), and
-// suffix lookup searches them.
+// suffix lookup searches them; and token recycling's SuccessorTable, so that what a run learned of
+// the model's next-token choices carries over to the next run on the pool, as the n-grams do.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "lookahead/ngram_pool.h"
+#include "lookahead/successor_table.h"
 
 namespace pylookahead {
 
@@ -30,9 +32,19 @@ class SharedPool {
 
     int64_t size() const;  // n-grams held
     // Shapes the pool for a run with n-grams of `ngram_len` tokens after the key, `capacity` per
-    // key. keep = false empties the pool and its texts; keep = true rebuilds it from the texts when
-    // ngram_len grew, else reshapes it.
+    // key. keep = false empties the pool, its texts and its successor table; keep = true rebuilds
+    // it from the texts when ngram_len grew, else reshapes it.
     void start_run(int ngram_len, int capacity, bool keep);
+    // Readies the successor table for a run recycling k successors per token: kept when its k
+    // is k, else emptied and reshaped.
+    void start_successors(int k);
+    // Runs f(SuccessorTable&) under the lock; the same rules as read() / write().
+    template <class F>
+    decltype(auto) with_successors(F&& f) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return f(successors_);
+    }
+    int64_t successors_known() const;  // tokens whose successors the table holds
     // Runs f(const NgramPool&) / f(NgramPool&) under the lock and returns its result. `f` must not
     // call back into this SharedPool, nor keep references into the pool after it returns.
     template <class F>
@@ -52,8 +64,8 @@ class SharedPool {
     NgramPool pool_from_texts(int ngram_len, int capacity) const;
     // Copies of the pool and its texts, taken under one lock (for saving).
     std::pair<NgramPool, Texts> snapshot() const;
-    // Replaces the pool and its texts (for loading); texts beyond kMaxTextTokens tokens are dropped
-    // oldest first, as add_text does.
+    // Replaces the pool and its texts (for loading) and empties the successor table; texts beyond
+    // kMaxTextTokens tokens are dropped oldest first, as add_text does.
     void replace(NgramPool pool, Texts texts);
 
     Texts texts() const;  // a copy
@@ -67,6 +79,7 @@ class SharedPool {
     NgramPool pool_{1, 0};  // reshaped to each lookahead config that uses it
     Texts texts_;
     int64_t text_tokens_ = 0;
+    SuccessorTable successors_;
 };
 
 }  // namespace pylookahead
