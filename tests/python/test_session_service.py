@@ -229,76 +229,50 @@ def test_pool_save_load_and_keep(tiny64, tmp_path: Path) -> None:
     assert cold.stats.steps == first.stats.steps
 
 
-def test_suffix_lookup_searches_kept_shared_and_loaded_texts(tiny64, tmp_path: Path) -> None:
-    """A draft tree's suffix lookup copies earlier generations' texts: kept (keep_pool), shared between
-    sessions, or saved and loaded with the pool. Rows are made free (a flat step-cost table), so every
-    step verifies its whole tree and step counts do not depend on timing."""
-    tree = LookaheadConfig(window_size=0, ngram_size=3, verification_set_size=0, tree_rows=16, suffix_branches=2)
-    free = [(1, 1.0), (1024, 1.0)]
+@pytest.mark.parametrize("source", ["suffix", "recycle"])
+def test_tree_sources_learn_from_a_kept_or_shared_pool(tiny64, tmp_path: Path, source: str) -> None:
+    """A draft tree's sources learn from what a pool keeps: suffix lookup copies earlier generations'
+    texts, token recycling reads the table of each token's best next tokens from earlier steps' logits.
+    Both are kept across calls (keep_pool) and shared between sessions, and a fresh pool forgets them;
+    a saved pool file holds the texts, not the successors. Rows are made free (a flat step-cost table),
+    so every step verifies its whole tree and step counts do not depend on timing."""
+    drafts = dict(suffix_branches=2) if source == "suffix" else dict(recycle_top_k=4)
+    tree = LookaheadConfig(window_size=0, ngram_size=3, verification_set_size=0, tree_rows=16, **drafts)
     prompt = [1, 5, 9, 14, 3, 27]  # nothing in it repeats
-    session = Session(tiny64)
-    session.calibrate(free)
+
+    def free_rows_session() -> Session:
+        s = Session(tiny64)
+        s.calibrate([(1, 1.0), (1024, 1.0)])
+        return s
+
+    session = free_rows_session()
     greedy = session.generate(prompt, max_new_tokens=60)
     first = session.generate(prompt, max_new_tokens=60, lookahead=tree)
     again = session.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
     assert first.token_ids == again.token_ids == greedy.token_ids
-    assert again.stats.steps * 3 < first.stats.steps, (again.stats.steps, first.stats.steps)
-    assert again.stats.accepted_tokens_by_source["suffix"] > first.stats.accepted_tokens_by_source["suffix"]
-    # A fresh pool forgets the texts.
+    assert again.stats.steps * (3 if source == "suffix" else 1) < first.stats.steps, (
+        again.stats.steps,
+        first.stats.steps,
+    )
+    assert again.stats.accepted_tokens_by_source[source] > first.stats.accepted_tokens_by_source[source]
+    assert sum(again.stats.accepted_tokens_by_source.values()) == again.stats.accepted_tokens_by_source[source]
+    # A fresh pool forgets them.
     assert session.generate(prompt, max_new_tokens=60, lookahead=tree).stats.steps == first.stats.steps
+
+    other = free_rows_session()
+    other.share_pool(session)
+    shared = other.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
+    assert shared.token_ids == greedy.token_ids
+    assert shared.stats.steps == again.stats.steps
 
     session.generate(prompt, max_new_tokens=60, lookahead=tree)
     session.save_pool(tmp_path / "pool.bin")
-    loaded = Session(tiny64)
-    loaded.calibrate(free)
+    loaded = free_rows_session()
     loaded.load_pool(tmp_path / "pool.bin")
     warm = loaded.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
     assert warm.token_ids == greedy.token_ids
-    assert warm.stats.steps == again.stats.steps
-
-    other = Session(tiny64)
-    other.calibrate(free)
-    other.share_pool(session)
-    shared = other.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
-    assert shared.token_ids == greedy.token_ids
-    assert shared.stats.steps == again.stats.steps
-
-
-def test_recycled_successors_are_kept_with_the_pool(tiny64, tmp_path: Path) -> None:
-    """Token recycling's table (each token's best next tokens, from earlier steps' logits) lives on the
-    pool: kept across calls with keep_pool, shared between sessions, emptied by a fresh pool; a saved
-    pool file does not hold it. Rows are free (a flat step-cost table), so step counts do not depend on
-    timing."""
-    tree = LookaheadConfig(window_size=0, ngram_size=3, verification_set_size=0, tree_rows=16, recycle_top_k=4)
-    free = [(1, 1.0), (1024, 1.0)]
-    prompt = [1, 5, 9, 14, 3, 27]
-    session = Session(tiny64)
-    session.calibrate(free)
-    greedy = session.generate(prompt, max_new_tokens=60)
-    first = session.generate(prompt, max_new_tokens=60, lookahead=tree)
-    again = session.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
-    assert first.token_ids == again.token_ids == greedy.token_ids
-    assert again.stats.steps < first.stats.steps, (again.stats.steps, first.stats.steps)
-    by_source = again.stats.accepted_tokens_by_source
-    assert by_source["recycle"] > first.stats.accepted_tokens_by_source["recycle"]
-    assert by_source["suffix"] == by_source["history"] == 0
-    # A fresh pool forgets the successors.
-    assert session.generate(prompt, max_new_tokens=60, lookahead=tree).stats.steps == first.stats.steps
-
-    other = Session(tiny64)
-    other.calibrate(free)
-    other.share_pool(session)
-    shared = other.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
-    assert shared.token_ids == greedy.token_ids
-    assert shared.stats.steps == again.stats.steps
-
-    session.save_pool(tmp_path / "pool.bin")
-    loaded = Session(tiny64)
-    loaded.calibrate(free)
-    loaded.load_pool(tmp_path / "pool.bin")
-    cold = loaded.generate(prompt, max_new_tokens=60, lookahead=tree, keep_pool=True)
-    assert cold.token_ids == greedy.token_ids
-    assert cold.stats.steps == first.stats.steps  # the file holds n-grams and texts, not successors
+    # The file brings the texts back; the successors start empty.
+    assert warm.stats.steps == (again.stats.steps if source == "suffix" else first.stats.steps)
 
 
 def test_pool_file_errors_name_the_file_and_field(tiny64, tiny_model_factory, tmp_path: Path) -> None:
