@@ -28,11 +28,6 @@ void SharedPool::start_successors(int k) {
     if (successors_.k() != k) successors_.reset(k);
 }
 
-int64_t SharedPool::successors_known() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return successors_.tokens_known();
-}
-
 void SharedPool::add_text(std::vector<TokenId> text) {
     std::lock_guard<std::mutex> lock(mutex_);
     add_text_locked(std::move(text));

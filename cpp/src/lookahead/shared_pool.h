@@ -44,7 +44,6 @@ class SharedPool {
         std::lock_guard<std::mutex> lock(mutex_);
         return f(successors_);
     }
-    int64_t successors_known() const;  // tokens whose successors the table holds
     // Runs f(const NgramPool&) / f(NgramPool&) under the lock and returns its result. `f` must not
     // call back into this SharedPool, nor keep references into the pool after it returns.
     template <class F>

@@ -10,7 +10,6 @@ void SuccessorTable::reset(int k) {
     PYLA_CHECK(k >= 0, "successor table k " << k);
     k_ = k;
     table_.clear();
-    known_ = 0;
 }
 
 void SuccessorTable::update(const TokenId* tokens, const TokenId* successors, int rows) {
@@ -20,9 +19,15 @@ void SuccessorTable::update(const TokenId* tokens, const TokenId* successors, in
         if (t < 0) continue;
         const size_t at = static_cast<size_t>(t) * k_;
         if (at + k_ > table_.size()) table_.resize(at + k_, -1);
-        if (table_[at] < 0) ++known_;
         std::copy_n(successors + static_cast<size_t>(i) * k_, k_, table_.begin() + at);
     }
+}
+
+int64_t SuccessorTable::tokens_known() const {
+    if (k_ == 0) return 0;
+    int64_t n = 0;
+    for (size_t at = 0; at < table_.size(); at += k_) n += table_[at] >= 0;
+    return n;
 }
 
 const TokenId* SuccessorTable::find(TokenId token) const {

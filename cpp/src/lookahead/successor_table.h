@@ -4,7 +4,7 @@
 // the pool (GenerationConfig::keep_pool). Not thread-safe (SharedPool locks it).
 //
 // Memory: k int32 per token id up to the largest one seen, at most vocab x k x 4 bytes (4.8 MB
-// for Qwen2.5's 151,665 ids at k = 8). Cost: update O(rows x k), find O(1).
+// for Qwen2.5's 151,665 ids at k = 8). Cost: update O(rows x k), find O(1), tokens_known O(ids).
 #pragma once
 
 #include <cstdint>
@@ -24,12 +24,11 @@ class SuccessorTable {
     void update(const TokenId* tokens, const TokenId* successors, int rows);
     // The k successors of `token`, best first (-1 where fewer are known), or null when none.
     const TokenId* find(TokenId token) const;
-    int64_t tokens_known() const { return known_; }
+    int64_t tokens_known() const;  // tokens whose successors are known (statistics, tests)
 
   private:
     int k_ = 0;
     std::vector<TokenId> table_;  // [ids * k], -1 = unknown
-    int64_t known_ = 0;           // tokens whose row is filled
 };
 
 }  // namespace pylookahead
