@@ -213,6 +213,28 @@ def test_reuse_cache_prefills_only_the_new_suffix(tiny64) -> None:
     assert session.generate(longer, max_new_tokens=4).stats.reused_tokens == 0
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_reused_prefix_ending_inside_a_block_decodes_as_a_fresh_session(
+    tiny_model_factory, single_thread, arch: str, dtype: str
+) -> None:
+    """A reused prefix that ends inside one of the 16-row blocks of the fp32 copy the CPU attention
+    kernel reads (kv/kv_cache.h) leaves the old sequence's rows after it; the new rows overwrite them
+    in the cache and in the copy, so the output is a fresh Session's, greedy and with lookahead (whose
+    accepted rows move within the cache)."""
+    model = Model(tiny_model_factory(arch, seed=5), dtype=dtype)
+    rng = random.Random(7)
+    first = [1] + [rng.randrange(3, TINY_VOCAB_SIZE) for _ in range(70)]
+    session = Session(model)
+    session.generate(first, max_new_tokens=30, lookahead=la(2, 3, 2))
+    for lookahead in (None, la(3, 4, 3)):
+        # 37 shared tokens: two blocks and 5 rows of a third.
+        prompt = first[:37] + [rng.randrange(3, TINY_VOCAB_SIZE) for _ in range(12)]
+        out = session.generate(prompt, max_new_tokens=40, lookahead=lookahead, reuse_cache=True)
+        assert out.stats.reused_tokens == 37
+        assert out.token_ids == Session(model).generate(prompt, max_new_tokens=40).token_ids
+
+
 def test_pool_save_load_and_keep(tiny64, tmp_path: Path) -> None:
     prompt = repetitive_prompt(3)
     source = Session(tiny64)

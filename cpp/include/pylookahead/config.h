@@ -166,6 +166,8 @@ struct EngineConfig {
 // Per-Session options.
 struct SessionConfig {
     // KV cache rows (prompt + new tokens + one step); 0 = min(max_position_embeddings, 4096).
+    // On the CPU the cache also keeps an fp32 copy for the attention kernel (4 bytes per cached
+    // element, touched as rows are written; docs/design.md, "Exactness policy").
     int kv_capacity = 0;
     // CUDA only (docs/design.md, "CUDA"). Every decode step, greedy or lookahead, runs this many
     // rows (the step's tokens, then padding), so that every kernel sees one shape and a token's

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <memory>
 
 #include "check.h"
 #include "kernels/cpu_isa.h"
+#include "kv/kv_cache.h"
 
 namespace pylookahead {
 
@@ -79,7 +79,8 @@ PYLA_INLINE F16 exp_nonpositive(F16 x) {
 
 // One (query row, KV head) of the kernel: NG query heads that share the KV head.
 //   q      [NG, dp]   queries in fp32 (dp = head dim rounded up to 16, zero padded)
-//   kt     [d, sp]    keys transposed, fp32 (sp = slot count rounded up to 16, zero padded)
+//   kt     [sp / 16, d, 16]  keys transposed in blocks of 16 slots, fp32 (sp = slot count
+//                     rounded up to 16; slots past the count finite)
 //   vf     [S, dp]    values, fp32 (zero padded)
 //   slots  [n]        the slots this row sees, ascending
 //   sc     [NG, sp]   scratch
@@ -93,9 +94,9 @@ PYLA_INLINE void attend_tile(const float* q, const float* kt, const float* vf, i
     for (int64_t s0 = 0; s0 < sp; s0 += kLanes) {
         F16 acc[NG];
         for (int g = 0; g < NG; ++g) acc[g] = F16{};
-        const float* col = kt + s0;
+        const float* col = kt + s0 * d;  // the block of slots s0 .. s0 + 15
         for (int64_t i = 0; i < d; ++i) {
-            const F16 k = load(col + i * sp);
+            const F16 k = load(col + i * kLanes);
             for (int g = 0; g < NG; ++g) acc[g] = acc[g] + k * q[g * dp + i];
         }
         for (int g = 0; g < NG; ++g) store(sc + g * sp + s0, acc[g] * scale);
@@ -197,49 +198,31 @@ PYLA_INLINE float to_f32(at::BFloat16 x) {
 }
 
 template <typename T>
-void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t kv_len,
+void run_fp32(const at::Tensor& q, const KvCache& kv, int layer, int64_t kv_len,
               const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
               at::Tensor& out) {
-    const int64_t t = q.size(0), h = q.size(1), d = q.size(2), hkv = keys.size(0);
+    const KvCache::Widened w = kv.widened(layer);
+    PYLA_CHECK(w.keys_t != nullptr, "attention_rows needs the cache's fp32 copy (a CPU cache)");
+    const int64_t t = q.size(0), h = q.size(1), d = q.size(2);
+    const int64_t hkv = kv.layer_keys(layer).size(0);
     const int64_t group = h / hkv;
     const int64_t n_rows = static_cast<int64_t>(rows.size());
     const int64_t slots_total = kv_len + t;  // cache rows + step rows
     const int64_t sp = round_up(slots_total), dp = round_up(d);
+    static_assert(KvCache::kWidenedBlock == kLanes,
+                  "the cache's key blocks are the kernel's vectors");
+    PYLA_CHECK(w.value_stride == dp, "attention_rows: cache copy layout");
     const T* qp = q.data_ptr<T>();
-    const T* kp = keys.data_ptr<T>();
-    const T* vp = values.data_ptr<T>();
     T* op = out.data_ptr<T>();
     const int64_t qs0 = q.stride(0), qs1 = q.stride(1), os0 = out.stride(0), os1 = out.stride(1);
-    const int64_t ks0 = keys.stride(0), ks1 = keys.stride(1);
-    const int64_t vs0 = values.stride(0), vs1 = values.stride(1);
+    const int64_t kt_head = round_up(kv.capacity()) * d, vf_head = kv.capacity() * dp;
 
     // Small steps run on the calling thread: a parallel region costs more than it saves there,
     // and far more when another process holds a core.
     const int64_t row_work = slots_total * d * group;
     const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 18) / std::max<int64_t>(row_work, 1));
 
-    // Phase 1: every KV head's keys, transposed, and values as fp32, once for all rows.
-    // kt [Hkv, D, sp], vf [Hkv, S, dp]; only the padding is zeroed (this runs per layer and step).
-    const std::unique_ptr<float[]> kt(new float[hkv * d * sp]);
-    const std::unique_ptr<float[]> vf(new float[hkv * slots_total * dp]);
-    at::parallel_for(0, hkv, n_rows >= 4 ? 1 : hkv, [&](int64_t begin, int64_t end) {
-        for (int64_t kvh = begin; kvh < end; ++kvh) {
-            float* ktk = kt.get() + kvh * d * sp;
-            float* vfk = vf.get() + kvh * slots_total * dp;
-            for (int64_t s = 0; s < slots_total; ++s) {
-                const T* ks = kp + kvh * ks0 + s * ks1;
-                const T* vs = vp + kvh * vs0 + s * vs1;
-                for (int64_t i = 0; i < d; ++i) ktk[i * sp + s] = to_f32(ks[i]);
-                for (int64_t i = 0; i < d; ++i) vfk[s * dp + i] = to_f32(vs[i]);
-                std::fill(vfk + s * dp + d, vfk + (s + 1) * dp, 0.f);
-            }
-            for (int64_t i = 0; i < d; ++i) {
-                std::fill(ktk + i * sp + slots_total, ktk + (i + 1) * sp, 0.f);
-            }
-        }
-    });
-
-    // Phase 2: one task = one query row x one KV head (its `group` query heads, in tiles).
+    // One task = one query row x one KV head (its `group` query heads, in tiles).
     const float fscale = static_cast<float>(scale);
     at::parallel_for(0, n_rows * hkv, grain, [&](int64_t begin, int64_t end) {
         std::vector<float> qf(kMaxHeads * dp, 0.f), sc(kMaxHeads * sp);
@@ -261,18 +244,20 @@ void run_fp32(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
                     const T* src = qp + r * qs0 + (kvh * group + g0 + g) * qs1;
                     for (int64_t i = 0; i < d; ++i) qf[g * dp + i] = to_f32(src[i]);
                 }
-                attend(ng, qf.data(), kt.get() + kvh * d * sp, vf.get() + kvh * slots_total * dp, d,
-                       dp, sp, slots.data(), n, fscale, sc.data(),
-                       op + r * os0 + (kvh * group + g0) * os1, os1);
+                attend(ng, qf.data(), w.keys_t + kvh * kt_head, w.values + kvh * vf_head, d, dp, sp,
+                       slots.data(), n, fscale, sc.data(), op + r * os0 + (kvh * group + g0) * os1,
+                       os1);
             }
         }
     });
 }
 
 // float64 models (exactness tests): a plain loop, no speed concern.
-void run_fp64(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values, int64_t kv_len,
+void run_fp64(const at::Tensor& q, const KvCache& kv, int layer, int64_t kv_len,
               const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
               at::Tensor& out) {
+    const at::Tensor& keys = kv.layer_keys(layer);
+    const at::Tensor& values = kv.layer_values(layer);
     const int64_t t = q.size(0), h = q.size(1), d = q.size(2), hkv = keys.size(0);
     const int64_t group = h / hkv;
     auto qa = q.accessor<double, 3>();
@@ -310,22 +295,24 @@ void run_fp64(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& val
 
 }  // namespace
 
-void attention_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                    int64_t kv_len, const uint8_t* mask, const std::vector<int32_t>& rows,
-                    double scale, at::Tensor& out) {
+void attention_rows(const at::Tensor& q, const KvCache& kv, int layer, int64_t kv_len,
+                    const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
+                    at::Tensor& out) {
     RECORD_FUNCTION("pylookahead::attention_rows", std::vector<c10::IValue>());
-    PYLA_CHECK(q.dim() == 3 && keys.dim() == 3 && out.sizes() == q.sizes(), "attention shapes");
-    PYLA_CHECK(
-        q.stride(2) == 1 && keys.stride(2) == 1 && values.stride(2) == 1 && out.stride(2) == 1,
-        "attention_rows needs a contiguous last dimension");
-    PYLA_CHECK(q.device().is_cpu(), "attention_rows runs on the CPU");
+    const at::Tensor& keys = kv.layer_keys(layer);
+    PYLA_CHECK(q.dim() == 3 && out.sizes() == q.sizes() && q.size(2) == keys.size(2) &&
+                   kv_len + q.size(0) <= kv.capacity(),
+               "attention shapes");
+    PYLA_CHECK(q.stride(2) == 1 && out.stride(2) == 1,
+               "attention_rows needs a contiguous last dimension");
+    PYLA_CHECK(q.device().is_cpu() && keys.is_cpu(), "attention_rows runs on the CPU");
     switch (q.scalar_type()) {
-        case at::kFloat: run_fp32<float>(q, keys, values, kv_len, mask, rows, scale, out); break;
+        case at::kFloat: run_fp32<float>(q, kv, layer, kv_len, mask, rows, scale, out); break;
         case at::kBFloat16:
-            run_fp32<at::BFloat16>(q, keys, values, kv_len, mask, rows, scale, out);
+            run_fp32<at::BFloat16>(q, kv, layer, kv_len, mask, rows, scale, out);
             break;
-        case at::kHalf: run_fp32<at::Half>(q, keys, values, kv_len, mask, rows, scale, out); break;
-        case at::kDouble: run_fp64(q, keys, values, kv_len, mask, rows, scale, out); break;
+        case at::kHalf: run_fp32<at::Half>(q, kv, layer, kv_len, mask, rows, scale, out); break;
+        case at::kDouble: run_fp64(q, kv, layer, kv_len, mask, rows, scale, out); break;
         default: PYLA_CHECK(false, "unsupported attention dtype " << q.scalar_type());
     }
 }

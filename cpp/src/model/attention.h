@@ -14,17 +14,21 @@
 #include <cstdint>
 #include <vector>
 
+#include "kv/kv_cache.h"
+
 namespace pylookahead {
 
 // q       [T, H, D]        queries of the step (rope applied), dtype of the model
-// keys    [Hkv, C, D]      one layer's cache (all C rows); values likewise
+// kv      a CPU cache; `layer`'s rows 0 .. kv_len + T - 1 written (read through its fp32 copy,
+//         KvCache::widened(), or as they are for fp64)
 // kv_len                   committed rows: every query row sees cache rows 0 .. kv_len-1
 // mask    [T * T] or null  step-row visibility (row-major, nonzero = visible); null = causal
 // rows    [R]              the query rows to compute (ascending)
 // out     [T, H, D]        rows listed in `rows` are overwritten; others untouched
-// Step row j lives in cache row kv_len + j.
-void attention_rows(const at::Tensor& q, const at::Tensor& keys, const at::Tensor& values,
-                    int64_t kv_len, const uint8_t* mask, const std::vector<int32_t>& rows,
-                    double scale, at::Tensor& out);
+// Step row j lives in cache row kv_len + j. Cost: O(rows x (kv_len + T) x H x D); nothing
+// proportional to the cache is converted per call.
+void attention_rows(const at::Tensor& q, const KvCache& kv, int layer, int64_t kv_len,
+                    const uint8_t* mask, const std::vector<int32_t>& rows, double scale,
+                    at::Tensor& out);
 
 }  // namespace pylookahead

@@ -719,8 +719,7 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         // Decode steps: every row through the row-invariant kernel (the window rows too: on CPU
         // it is faster than masked SDPA for these small steps).
         at::Tensor attn = at::empty(q.sizes(), q.options());
-        attention_rows(q, kv.keys(i, kv_len + t), kv.values(i, kv_len + t), kv_len, host_mask,
-                       all_rows, scale, attn);
+        attention_rows(q, kv, i, kv_len, host_mask, all_rows, scale, attn);
         return attn;
     };
     Residual res = run_layers(tokens, positions, attend);
