@@ -9,6 +9,9 @@ elsewhere: this compares speed at equal output).
 
     python benchmarks/builds_ab.py --base /tmp/base --base-label 7190754 --dtypes bfloat16,float32 \\
         --out benchmarks/results/builds/norm-fusion.json
+
+`--context N` makes every prompt N tokens long (other HumanEval prompts in front of it), for costs that grow with
+the context, such as attention's.
 """
 
 from __future__ import annotations
@@ -35,10 +38,21 @@ def worker(args: argparse.Namespace) -> int:
     model = Model(args.model, dtype=dtype, num_threads=args.threads, quantize=quantize or None)
     session = Session(model)
     prompts, _ = bench.build_prompts("humaneval", model.tokenizer, args.prompts, "spread")
+    inputs = [list(p.ids) for p in prompts]
+    if args.context:
+        # Long prompts: other HumanEval prompts' ids in front of each prompt, cut to --context tokens.
+        pool = [list(p.ids) for p in bench.build_prompts("humaneval", model.tokenizer, None, "first")[0]]
+        for j, ids in enumerate(inputs):
+            prefix: list[int] = []
+            k = j
+            while len(prefix) + len(ids) < args.context:
+                prefix += pool[k % len(pool)]
+                k += 7
+            inputs[j] = (prefix + ids)[-args.context :]
     table = dict(session.calibrate())
     runs = []
-    for p in prompts:
-        out = session.generate(list(p.ids), max_new_tokens=args.max_new_tokens)
+    for p, ids in zip(prompts, inputs):
+        out = session.generate(ids, max_new_tokens=args.max_new_tokens)
         runs.append({"prompt": p.id, "tok_s": out.stats.new_tokens / out.stats.decode_s, "ids": out.token_ids})
     print(json.dumps({
         "module": pylookahead.__file__,
@@ -63,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prompts", type=int, default=3, help="HumanEval prompts per round")
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument(
+        "--context",
+        type=int,
+        default=0,
+        help="prompt length in tokens (0: the prompts as they are; N: other "
+        "HumanEval prompts put in front of each one, cut to its last N tokens)",
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
@@ -85,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     env["PYTHONPATH"] = builds[b] + os.pathsep + env.get("PYTHONPATH", "")
                 cmd = [sys.executable, __file__, "--worker", "--model", args.model, "--dtype", dtype,
                        "--threads", str(args.threads), "--prompts", str(args.prompts),
-                       "--max-new-tokens", str(args.max_new_tokens)]  # fmt: skip
+                       "--max-new-tokens", str(args.max_new_tokens), "--context", str(args.context)]  # fmt: skip
                 proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, cwd="/")
                 if proc.returncode != 0:
                     sys.stderr.write(proc.stderr)
@@ -134,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rounds": args.rounds,
                 "prompts": args.prompts,
                 "max_new_tokens": args.max_new_tokens,
+                "context": args.context,
                 "base": args.base_label,
             },
             "dtypes": summary,
