@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "check.h"
+#include "kernels/bf16.h"
 
 namespace pylookahead {
 
@@ -68,10 +69,7 @@ inline float widen(T x) {
 }
 template <>
 inline float widen(at::BFloat16 x) {
-    const uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
+    return bf16_bits_to_float(x.x);
 }
 
 // Rows [start, start + t) of one layer's cache [Hkv, capacity, D] into its fp32 copy.

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "check.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu_isa.h"
 #include "kv/kv_cache.h"
 
@@ -190,12 +191,7 @@ void attend(int ng, const float* q, const float* kt, const float* vf, int64_t d,
 // dtype -> fp32 (exact for every dtype here). bf16 is the top half of an fp32.
 PYLA_INLINE float to_f32(float x) { return x; }
 PYLA_INLINE float to_f32(at::Half x) { return static_cast<float>(x); }
-PYLA_INLINE float to_f32(at::BFloat16 x) {
-    const uint32_t bits = static_cast<uint32_t>(x.x) << 16;
-    float f;
-    std::memcpy(&f, &bits, sizeof f);
-    return f;
-}
+PYLA_INLINE float to_f32(at::BFloat16 x) { return bf16_bits_to_float(x.x); }
 
 template <typename T>
 void run_fp32(const at::Tensor& q, const KvCache& kv, int layer, int64_t kv_len,
