@@ -126,12 +126,13 @@ PYLA_VNNI_TARGET void vnni_tile(const Acts& a, int64_t r0, const unsigned char* 
     const unsigned char* w[NB];
 #pragma GCC unroll 8
     for (int b = 0; b < NB; ++b) w[b] = packed + (blk + b) * a.groups * kRec;
+    const int64_t len = a.groups * kRec;  // one block's stream
     const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int64_t g = 0; g < a.groups; ++g) {
 #pragma GCC unroll 8
         for (int b = 0; b < NB; ++b) {
             for (int64_t line = 0; line < kRec; line += 64)
-                prefetch_weights(w[b] + (g + kAhead) * kRec + line);
+                prefetch_stream(w[b], (g + kAhead) * kRec + line, len, NB * len);
         }
         __m512i s[M][NB];
 #pragma GCC unroll 8

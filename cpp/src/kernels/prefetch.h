@@ -7,6 +7,8 @@
 // L2 to L1 when they come (docs/benchmarks.md, "Weight prefetch"). Never changes a result.
 #pragma once
 
+#include <cstdint>
+
 namespace pylookahead {
 
 inline __attribute__((always_inline)) void prefetch_weights(const void* p) {
@@ -15,6 +17,18 @@ inline __attribute__((always_inline)) void prefetch_weights(const void* p) {
 #else
     (void)p;
 #endif
+}
+
+// The line `ahead` bytes into one of a tile's weight streams: `stream` is its first byte, `len` its
+// bytes, and the tile reads consecutive streams spanning `span` bytes from its first. Past the end
+// of the stream the line is taken as far into the stream the next tile reads in its place (`span`
+// bytes on), so every stream of the next tile starts with its first lines on their way, not only
+// the one that continues this tile's last stream. A line past the weights is never loaded (a
+// prefetch does not fault); one on another thread's share costs a line of bandwidth.
+inline __attribute__((always_inline)) void prefetch_stream(const void* stream, int64_t ahead,
+                                                           int64_t len, int64_t span) {
+    const char* p = static_cast<const char*>(stream) + ahead;
+    prefetch_weights(ahead < len ? p : p + (span - len));
 }
 
 }  // namespace pylookahead

@@ -39,11 +39,12 @@ PYLA_BF16_TARGET inline void tile(const uint16_t* x, int64_t x_stride, int64_t k
     }
     const uint16_t* w[NB];
     for (int b = 0; b < NB; ++b) w[b] = packed + (b0 + b) * kp_count * 2 * kBlock;
+    const int64_t len = kp_count * 2 * kBlock * 2;  // one block's stream, bytes
     for (int64_t p = 0; p < kp_count; ++p) {
         __m512i wv[NB];
         for (int b = 0; b < NB; ++b) {
             wv[b] = _mm512_loadu_si512(w[b] + p * 2 * kBlock);
-            prefetch_weights(w[b] + (p + kPrefetch) * 2 * kBlock);
+            prefetch_stream(w[b], (p + kPrefetch) * 2 * kBlock * 2, len, NB * len);
         }
         for (int m = 0; m < M; ++m) {
             int32_t pair;
