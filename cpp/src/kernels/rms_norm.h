@@ -23,6 +23,15 @@ namespace pylookahead {
 template <typename Term>
 float aten_row_sum(int64_t n, const Term& term);
 
+// 8 fp32 lanes (GNU vector extension; plain SSE2 / NEON code on a generic build). Lane l of a
+// vector operation is the scalar operation on lane l, so a loop over these has the bits of the
+// scalar loop it replaces.
+using RowSumVec = float __attribute__((vector_size(32)));
+// The same sum with the terms given 8 at a time too: `term8(i)` is {term(i), ..., term(i + 7)}
+// (taken for whole 8-lane vectors; `term` for the rest). Same bits, in vector operations.
+template <typename Term, typename Term8>
+float aten_row_sum(int64_t n, const Term& term, const Term8& term8);
+
 // y[t] = rms_norm(x[t]) * w for rows t < rows of n values; x, y contiguous [rows, n] (y may be x).
 void rms_norm_rows(const float* x, int64_t rows, int64_t n, const float* w, float eps, float* y);
 void rms_norm_rows_bf16(const uint16_t* x, int64_t rows, int64_t n, const uint16_t* w, float eps,
@@ -35,7 +44,7 @@ void add_rms_norm_rows(float* x, const float* d, int64_t rows, int64_t n, const 
 void add_rms_norm_rows_bf16(uint16_t* x, const uint16_t* d, int64_t rows, int64_t n,
                             const uint16_t* w, float eps, uint16_t* y);
 
-// ---- implementation of the template above ----
+// ---- implementation of the templates above ----
 
 namespace detail {
 inline int ceil_log2(int64_t v) {
@@ -44,50 +53,54 @@ inline int ceil_log2(int64_t v) {
 }
 }  // namespace detail
 
-template <typename Term>
-float aten_row_sum(int64_t n, const Term& term) {
+template <typename Term, typename Term8>
+float aten_row_sum(int64_t n, const Term& term, const Term8& term8) {
     constexpr int kLanes = 8, kIlp = 4, kLevels = 4;
     const int lanes = n >= kLanes ? kLanes : 1;
     const int64_t vectors = n / lanes, groups = vectors / kIlp;
     const int level_power = std::max(4, detail::ceil_log2(groups) / kLevels);
     const int64_t level_step = int64_t{1} << level_power, level_mask = level_step - 1;
-    // acc[level][k][lane]: accumulator k of the ILP group, at a cascade level
-    float acc[kLevels][kIlp][kLanes] = {};
-    auto add_vector = [&](float* a, int64_t v) {
-        for (int l = 0; l < lanes; ++l) a[l] = a[l] + term(v * lanes + l);
+    // acc[level][k]: accumulator k of the ILP group, at a cascade level (lane 0 only when the
+    // vectors are single terms: the other lanes then add zeros and are never read)
+    RowSumVec acc[kLevels][kIlp] = {};
+    auto vector_at = [&](int64_t v) {
+        return lanes == kLanes ? term8(v * kLanes) : RowSumVec{term(v)};
     };
     int64_t g = 0;
     while (g + level_step <= groups) {
         for (int64_t s = 0; s < level_step; ++s, ++g) {
-            for (int k = 0; k < kIlp; ++k) add_vector(acc[0][k], g * kIlp + k);
+            for (int k = 0; k < kIlp; ++k) acc[0][k] = acc[0][k] + vector_at(g * kIlp + k);
         }
         for (int j = 1; j < kLevels; ++j) {
             for (int k = 0; k < kIlp; ++k) {
-                for (int l = 0; l < lanes; ++l) {
-                    acc[j][k][l] = acc[j][k][l] + acc[j - 1][k][l];
-                    acc[j - 1][k][l] = 0.0f;
-                }
+                acc[j][k] = acc[j][k] + acc[j - 1][k];
+                acc[j - 1][k] = RowSumVec{};
             }
             if ((g & (level_mask << (j * level_power))) != 0) break;
         }
     }
     for (; g < groups; ++g) {
-        for (int k = 0; k < kIlp; ++k) add_vector(acc[0][k], g * kIlp + k);
+        for (int k = 0; k < kIlp; ++k) acc[0][k] = acc[0][k] + vector_at(g * kIlp + k);
     }
     for (int j = 1; j < kLevels; ++j) {
-        for (int k = 0; k < kIlp; ++k) {
-            for (int l = 0; l < lanes; ++l) acc[0][k][l] = acc[0][k][l] + acc[j][k][l];
-        }
+        for (int k = 0; k < kIlp; ++k) acc[0][k] = acc[0][k] + acc[j][k];
     }
-    float* part = acc[0][0];
-    for (int64_t v = groups * kIlp; v < vectors; ++v) add_vector(part, v);
-    for (int k = 1; k < kIlp; ++k) {
-        for (int l = 0; l < lanes; ++l) part[l] = part[l] + acc[0][k][l];
-    }
+    RowSumVec part = acc[0][0];
+    for (int64_t v = groups * kIlp; v < vectors; ++v) part = part + vector_at(v);
+    for (int k = 1; k < kIlp; ++k) part = part + acc[0][k];
     float total = 0.0f;
     for (int64_t i = vectors * lanes; i < n; ++i) total = total + term(i);
     for (int l = 0; l < lanes; ++l) total = total + part[l];
     return total;
+}
+
+template <typename Term>
+float aten_row_sum(int64_t n, const Term& term) {
+    return aten_row_sum(n, term, [&](int64_t i) {
+        RowSumVec v;
+        for (int l = 0; l < 8; ++l) v[l] = term(i + l);
+        return v;
+    });
 }
 
 }  // namespace pylookahead
