@@ -126,18 +126,30 @@ PYLA_INLINE void attend_tile(const float* q, const float* kt, const float* vf, i
         denom[g] = total;
     }
     // Weighted values: out[g][i] = (sum_e w[g][e] * v[slots[e]][i], e ascending) / denom[g].
-    for (int64_t i0 = 0; i0 < dp; i0 += kLanes) {
-        F16 acc[NG];
-        for (int g = 0; g < NG; ++g) acc[g] = F16{};
+    // A pass reads kChunk vectors (up to a whole row) of each visible value row in turn, so the
+    // rows stream through in slot order, with NG x kChunk accumulators in registers.
+    constexpr int64_t kChunk = NG <= 2 ? 8 : NG <= 4 ? 4 : NG <= 6 ? 2 : 1;
+    for (int64_t i0 = 0; i0 < dp; i0 += kChunk * kLanes) {
+        const int64_t vectors = std::min<int64_t>(kChunk, (dp - i0) / kLanes);
+        F16 acc[NG][kChunk];
+        for (int g = 0; g < NG; ++g) {
+            for (int64_t c = 0; c < kChunk; ++c) acc[g][c] = F16{};
+        }
         for (int64_t e = 0; e < n; ++e) {
-            const F16 v = load(vf + static_cast<int64_t>(slots[e]) * dp + i0);
-            for (int g = 0; g < NG; ++g) acc[g] = acc[g] + v * sc[g * sp + e];
+            const float* row = vf + static_cast<int64_t>(slots[e]) * dp + i0;
+            for (int64_t c = 0; c < kChunk; ++c) {
+                if (c == vectors) break;
+                const F16 v = load(row + c * kLanes);
+                for (int g = 0; g < NG; ++g) acc[g][c] = acc[g][c] + v * sc[g * sp + e];
+            }
         }
         for (int g = 0; g < NG; ++g) {
-            const F16 o = acc[g] / denom[g];
-            T* dst = out + g * out_stride + i0;
-            const int64_t lanes = std::min<int64_t>(kLanes, d - i0);
-            for (int64_t l = 0; l < lanes; ++l) dst[l] = static_cast<T>(o[l]);
+            for (int64_t c = 0; c < vectors; ++c) {
+                const F16 o = acc[g][c] / denom[g];
+                T* dst = out + g * out_stride + i0 + c * kLanes;
+                const int64_t lanes = std::min<int64_t>(kLanes, d - i0 - c * kLanes);
+                for (int64_t l = 0; l < lanes; ++l) dst[l] = static_cast<T>(o[l]);
+            }
         }
     }
 }
