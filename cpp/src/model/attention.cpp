@@ -105,32 +105,12 @@ PYLA_INLINE void attend_tile(const float* q, const float* kt, const float* vf, i
     // Softmax over the visible slots: compact them to the front (in slot order), subtract the
     // maximum, exponentiate, and sum in 16 lanes (lane l takes positions l, l+16, ...).
     const int64_t np = round_up(n);
-    // How many leading slots are their own position (all cache rows at least): slots ascend
-    // without repeats, so slots[e] == e holds exactly for e below the first hidden slot.
-    int64_t in_place = 0;
-    for (int64_t hi = n; in_place < hi;) {
-        const int64_t mid = (in_place + hi) / 2;
-        if (slots[mid] == mid) {
-            in_place = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
     float denom[NG];
     for (int g = 0; g < NG; ++g) {
         float* p = sc + g * sp;
-        // slots[e] >= e: a left shift, nothing to move before the first hidden slot
-        for (int64_t e = in_place; e < n; ++e) p[e] = p[slots[e]];
-        // The maximum, 16 lanes at a time then across them (the same value in any order).
-        F16 mv = splat(p[0]);
-        int64_t e = 0;
-        for (; e + kLanes <= n; e += kLanes) {
-            const F16 v = load(p + e);
-            mv = mv < v ? v : mv;
-        }
-        float m = mv[0];
-        for (int l = 1; l < kLanes; ++l) m = std::max(m, mv[l]);
-        for (; e < n; ++e) m = std::max(m, p[e]);
+        for (int64_t e = 0; e < n; ++e) p[e] = p[slots[e]];  // slots[e] >= e: a left shift
+        float m = p[0];
+        for (int64_t e = 1; e < n; ++e) m = std::max(m, p[e]);
         for (int64_t e = n; e < np; ++e) p[e] = m;  // padding lanes, dropped below
         F16 part = F16{};
         for (int64_t e0 = 0; e0 < np; e0 += kLanes) {
@@ -255,22 +235,15 @@ void run_fp32(const at::Tensor& q, const KvCache& kv, int layer, int64_t kv_len,
     at::parallel_for(0, n_rows * hkv, grain, [&](int64_t begin, int64_t end) {
         std::vector<float> qf(kMaxHeads * dp, 0.f), sc(kMaxHeads * sp);
         std::vector<int32_t> slots;
-        int64_t slots_row = -1;  // the row `slots` holds (a row's KV heads are consecutive tasks)
         for (int64_t task = begin; task < end; ++task) {
             const int64_t r = rows[task / hkv], kvh = task % hkv;
-            if (r != slots_row) {
-                // Slots this row sees, in order: all cache rows (the same for every row: written
-                // once per task range), then its visible step rows.
-                if (slots_row < 0) {
-                    for (int32_t s = 0; s < kv_len; ++s) slots.push_back(s);
+            // Slots this row sees, in order: all cache rows, then its visible step rows.
+            slots.clear();
+            for (int32_t s = 0; s < kv_len; ++s) slots.push_back(s);
+            for (int64_t j = 0; j < t; ++j) {
+                if (mask ? mask[r * t + j] != 0 : j <= r) {
+                    slots.push_back(static_cast<int32_t>(kv_len + j));
                 }
-                slots.resize(kv_len);
-                for (int64_t j = 0; j < t; ++j) {
-                    if (mask ? mask[r * t + j] != 0 : j <= r) {
-                        slots.push_back(static_cast<int32_t>(kv_len + j));
-                    }
-                }
-                slots_row = r;
             }
             const int64_t n = static_cast<int64_t>(slots.size());
             for (int64_t g0 = 0; g0 < group; g0 += kMaxHeads) {
