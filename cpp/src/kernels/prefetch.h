@@ -24,11 +24,13 @@ inline __attribute__((always_inline)) void prefetch_weights(const void* p) {
 // of the stream the line is taken as far into the stream the next tile reads in its place (`span`
 // bytes on), so every stream of the next tile starts with its first lines on their way, not only
 // the one that continues this tile's last stream. A line past the weights is never loaded (a
-// prefetch does not fault); one on another thread's share costs a line of bandwidth.
+// prefetch does not fault; the address is formed as an integer, not as a pointer past an array);
+// one on another thread's share costs a line of bandwidth.
 inline __attribute__((always_inline)) void prefetch_stream(const void* stream, int64_t ahead,
                                                            int64_t len, int64_t span) {
-    const char* p = static_cast<const char*>(stream) + ahead;
-    prefetch_weights(ahead < len ? p : p + (span - len));
+    const uintptr_t at = reinterpret_cast<uintptr_t>(stream) +
+                         static_cast<uintptr_t>(ahead < len ? ahead : ahead + (span - len));
+    prefetch_weights(reinterpret_cast<const void*>(at));
 }
 
 }  // namespace pylookahead
