@@ -10,6 +10,11 @@ elsewhere: this compares speed at equal output).
     python benchmarks/builds_ab.py --base /tmp/base --base-label 7190754 --dtypes bfloat16,float32 \\
         --out benchmarks/results/builds/norm-fusion.json
 
+`--base-options KEY=VALUE,...` runs the base with those Model options (alone: the same build, e.g.
+`--base-options lm_head_screen=false` compares the lm_head screen against the whole lm_head in one binary).
+
+`--auto` also decodes each prompt with `lookahead="auto"` (its output must equal greedy too).
+
 `--context N` makes every prompt N tokens long (other HumanEval prompts in front of it), for costs that grow with
 the context, such as attention's.
 """
@@ -35,7 +40,8 @@ def worker(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
     dtype, _, quantize = args.dtype.partition(":")
-    model = Model(args.model, dtype=dtype, num_threads=args.threads, quantize=quantize or None)
+    options = json.loads(args.model_options or "{}")
+    model = Model(args.model, dtype=dtype, num_threads=args.threads, quantize=quantize or None, **options)
     session = Session(model)
     prompts, _ = bench.build_prompts("humaneval", model.tokenizer, args.prompts, "spread")
     inputs = [list(p.ids) for p in prompts]
@@ -53,12 +59,18 @@ def worker(args: argparse.Namespace) -> int:
     runs = []
     for p, ids in zip(prompts, inputs):
         out = session.generate(ids, max_new_tokens=args.max_new_tokens)
-        runs.append({"prompt": p.id, "tok_s": out.stats.new_tokens / out.stats.decode_s, "ids": out.token_ids})
+        run = {"prompt": p.id, "tok_s": out.stats.new_tokens / out.stats.decode_s, "ids": out.token_ids}
+        if args.auto:
+            la = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead="auto")
+            run["auto_tok_s"] = la.stats.new_tokens / la.stats.decode_s
+            run["auto_equals_greedy"] = la.token_ids == out.token_ids
+        runs.append(run)
     print(json.dumps({
         "module": pylookahead.__file__,
         "linear_kernel": model.info.linear_kernel,
         "quantize": model.info.quantize,
         "cpu_isa": model.info.cpu_isa,
+        "lm_head_screen": model.info.lm_head_screen,
         "step_1_token_s": table[1],
         "runs": runs,
     }))  # fmt: skip
@@ -68,6 +80,12 @@ def worker(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", type=Path, help="directory holding the base build's pylookahead/")
+    parser.add_argument(
+        "--base-options",
+        default="",
+        help="comma list of KEY=VALUE Model options for the base (e.g. lm_head_screen=false); "
+        "without --base the base is the installed build run with these options",
+    )
     parser.add_argument("--base-label", default="base", help="what the base build is (e.g. its commit)")
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument(
@@ -84,18 +102,32 @@ def main(argv: list[str] | None = None) -> int:
         help="prompt length in tokens (0: the prompts as they are; N: other "
         "HumanEval prompts put in front of each one, cut to its last N tokens)",
     )
+    parser.add_argument(
+        "--auto", action="store_true", help="also run lookahead='auto' on each prompt (output must equal greedy)"
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dtype", help=argparse.SUPPRESS)
+    parser.add_argument("--model-options", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return worker(args)
-    if args.base is None or not (args.base / "pylookahead" / "__init__.py").is_file():
+    base_options = {}
+    for item in filter(None, args.base_options.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--base-options: {item!r} is not KEY=VALUE")
+        low = value.lower()
+        base_options[key] = low == "true" if low in ("true", "false") else int(value) if value.isdigit() else value
+    if args.base is None and not base_options:
+        parser.error("give --base, --base-options or both")
+    if args.base is not None and not (args.base / "pylookahead" / "__init__.py").is_file():
         parser.error(f"--base {args.base}: no pylookahead/__init__.py there")
 
     from pylookahead.tools import bench
 
-    builds = {"test": None, "base": str(args.base.resolve())}
+    builds = {"test": None, "base": str(args.base.resolve()) if args.base else None}
+    model_options = {"test": {}, "base": base_options}
     dtypes = args.dtypes.split(",")
     results: dict[str, dict[str, list[dict]]] = {b: {d: [] for d in dtypes} for b in builds}
     for rnd in range(args.rounds):
@@ -106,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
                     env["PYTHONPATH"] = builds[b] + os.pathsep + env.get("PYTHONPATH", "")
                 cmd = [sys.executable, __file__, "--worker", "--model", args.model, "--dtype", dtype,
                        "--threads", str(args.threads), "--prompts", str(args.prompts),
-                       "--max-new-tokens", str(args.max_new_tokens), "--context", str(args.context)]  # fmt: skip
+                       "--max-new-tokens", str(args.max_new_tokens), "--context", str(args.context),
+                       *(["--auto"] if args.auto else []),
+                       "--model-options", json.dumps(model_options[b])]  # fmt: skip
                 proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, cwd="/")
                 if proc.returncode != 0:
                     sys.stderr.write(proc.stderr)
@@ -128,18 +162,31 @@ def main(argv: list[str] | None = None) -> int:
             rs = results[b][dtype]
             row[b] = {
                 "module": rs[0]["module"],
+                "options": model_options[b],
+                "lm_head_screen": rs[0]["lm_head_screen"],
                 "linear_kernel": rs[0]["linear_kernel"],
                 "quantize": rs[0]["quantize"],
                 "cpu_isa": rs[0]["cpu_isa"],
                 "greedy_tok_s_median": median(x["tok_s"] for r in rs for x in r["runs"]),
                 "step_1_token_ms_median": median(r["step_1_token_s"] for r in rs) * 1e3,
             }
+            if args.auto:
+                row[b]["auto_tok_s_median"] = median(x["auto_tok_s"] for r in rs for x in r["runs"])
+                row[b]["auto_equals_greedy"] = all(x["auto_equals_greedy"] for r in rs for x in r["runs"])
+                same = same and row[b]["auto_equals_greedy"]
         ids = {b: [x["ids"] for r in results[b][dtype] for x in r["runs"]] for b in builds}
         row["greedy_identical"] = ids["test"] == ids["base"]
         same = same and row["greedy_identical"]
         row["test_vs_base_tok_s"] = row["test"]["greedy_tok_s_median"] / row["base"]["greedy_tok_s_median"]
         row["base_vs_test_step"] = row["base"]["step_1_token_ms_median"] / row["test"]["step_1_token_ms_median"]
         summary[dtype] = row
+        if args.auto:
+            row["test_vs_base_auto_tok_s"] = row["test"]["auto_tok_s_median"] / row["base"]["auto_tok_s_median"]
+            print(
+                f"{dtype}: auto {row['test']['auto_tok_s_median']:.1f} vs {row['base']['auto_tok_s_median']:.1f} "
+                f"tok/s ({row['test_vs_base_auto_tok_s']:.2f}x); auto == greedy: "
+                f"{row['test']['auto_equals_greedy'] and row['base']['auto_equals_greedy']}"
+            )
         print(
             f"{dtype}: greedy {row['test']['greedy_tok_s_median']:.1f} vs {row['base']['greedy_tok_s_median']:.1f} "
             f"tok/s ({row['test_vs_base_tok_s']:.2f}x); 1-token step {row['test']['step_1_token_ms_median']:.1f} vs "
@@ -156,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
                 "prompts": args.prompts,
                 "max_new_tokens": args.max_new_tokens,
                 "context": args.context,
+                "auto": args.auto,
                 "base": args.base_label,
+                "base_options": base_options,
             },
             "dtypes": summary,
         }

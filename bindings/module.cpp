@@ -209,6 +209,7 @@ void bind_config(py::module_& m) {
         .def_readwrite("linear_kernel", &EngineConfig::linear_kernel)
         .def_readwrite("quantize", &EngineConfig::quantize)
         .def_readwrite("quantize_lm_head", &EngineConfig::quantize_lm_head)
+        .def_readwrite("lm_head_screen", &EngineConfig::lm_head_screen)
         .def_readwrite("use_cuda_graphs", &EngineConfig::use_cuda_graphs)
         .def("validate", &EngineConfig::validate);
 
@@ -310,6 +311,7 @@ void bind_results(py::module_& m) {
         .def_readonly("cpu_isa", &ModelInfo::cpu_isa)
         .def_readonly("quantize", &ModelInfo::quantize)
         .def_readonly("quantize_lm_head", &ModelInfo::quantize_lm_head)
+        .def_readonly("lm_head_screen", &ModelInfo::lm_head_screen)
         .def_readonly("weight_bytes", &ModelInfo::weight_bytes)
         .def_readonly("cuda_graphs", &ModelInfo::cuda_graphs)
         .def_readonly("weight_notes", &ModelInfo::weight_notes)

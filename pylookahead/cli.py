@@ -83,7 +83,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     model = Model(args.model, device=args.device, dtype=args.dtype, num_threads=args.threads,
-                  quantize=args.quantize, use_cuda_graphs=not args.no_cuda_graphs)  # fmt: skip
+                  quantize=args.quantize, lm_head_screen=not args.no_lm_head_screen,
+                  use_cuda_graphs=not args.no_cuda_graphs)  # fmt: skip
     session = Session(model, cuda_step_rows=args.cuda_step_rows)
     load_s = time.perf_counter() - t0
     prompt = args.prompt
@@ -112,7 +113,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     print(f"(model loaded in {load_s:.1f} s)", file=sys.stderr)
     info = session.model.info
     print(f"(linear kernel {info.linear_kernel}, CPU ISA {info.cpu_isa}, weights {info.quantize}, "
-          f"{info.weight_bytes / 2**20:.0f} MiB)", file=sys.stderr)  # fmt: skip
+          f"{info.weight_bytes / 2**20:.0f} MiB, lm_head screen {'on' if info.lm_head_screen else 'off'})",
+          file=sys.stderr)  # fmt: skip
     for skipped in info.linear_kernel_skipped:
         print(f"(  passed over {skipped})", file=sys.stderr)
     for note in info.weight_notes:
@@ -231,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="linear-layer formats: the checkpoint's (auto: a GGUF's Q8_0/Q5_0/Q4_0/Q4_1 as they are), "
         "dtype (none), or quantized at load (int8, int4; w8a8: int8 weights and activations); "
         "lookahead stays exact",
+    )
+    g.add_argument(
+        "--no-lm-head-screen",
+        action="store_true",
+        help="compute the whole lm_head every step (the greedy tokens are the same either way)",
     )
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: libtorch default)")
     _cuda_args(g)

@@ -118,6 +118,7 @@ class Model:
         linear_kernel: str = "auto",
         quantize: str | None = None,
         quantize_lm_head: bool = True,
+        lm_head_screen: bool = True,
         use_cuda_graphs: bool = True,
     ) -> None:
         """`model`: a checkpoint directory, a GGUF file, or a catalogue name already pulled
@@ -133,6 +134,7 @@ class Model:
             raise ValueError(f"quantize must be None or a str (got {quantize!r})")
         engine.quantize = "auto" if quantize is None else quantize
         engine.quantize_lm_head = _c_bool("quantize_lm_head", quantize_lm_head)
+        engine.lm_head_screen = _c_bool("lm_head_screen", lm_head_screen)
         engine.use_cuda_graphs = _c_bool("use_cuda_graphs", use_cuda_graphs)
         path = Path(model).expanduser()
         if not path.exists() and "/" not in str(model):

@@ -153,6 +153,12 @@ struct EngineConfig {
     std::string quantize = "auto";
     // Whether a quantized model's lm_head is quantized too (else it keeps dtype).
     bool quantize_lm_head = true;
+    // Greedy choices through the lm_head screen (docs/design.md, "The lm_head screen"): an int8
+    // copy of an fp32 or bf16 lm_head bounds every logit, and only the columns that may still be
+    // the argmax are computed exactly, so each step's argmax is the same token, read from fewer
+    // bytes. Applies on the CPU with the avx2 and generic kernels (ModelInfo::lm_head_screen);
+    // costs 1.06 bytes per lm_head weight. Sampling and full logits are unaffected.
+    bool lm_head_screen = true;
     // CUDA only (docs/design.md, "CUDA"): replay the decode step from a CUDA graph captured on a Session's first step (false: run it
     // eagerly, for comparison; same bits).
     bool use_cuda_graphs = true;

@@ -54,6 +54,7 @@ struct ModelInfo {
     // GGUF blocks of that format kept), "gguf" (a GGUF file's Q8_0/Q5_0/Q4_0/Q4_1 weights as they are).
     std::string quantize = "none";
     bool quantize_lm_head = false;  // whether the lm_head is held quantized
+    bool lm_head_screen = false;    // whether greedy steps take the lm_head screen (EngineConfig)
     // How the linear weights were taken, by source, e.g. "Q4_1: 150 as they are (int4)",
     // "Q6_K: 12 dequantized to bfloat16", "checkpoint: 121 quantized to int8".
     std::vector<std::string> weight_notes;

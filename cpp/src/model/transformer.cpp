@@ -159,8 +159,9 @@ at::Tensor rope_inv_freq(const ModelConfig& c) {
 
 Transformer::Transformer(const std::string& path, ModelConfig config, at::ScalarType dtype,
                          at::Device device, std::optional<LinearKernel> linear_kernel,
-                         Quantization quantize)
+                         Quantization quantize, bool lm_head_screen)
     : config_(std::move(config)), dtype_(dtype), device_(device), quantize_(quantize) {
+    screen_wanted_ = lm_head_screen;
     const ModelConfig& c = config_;
     if (quantize_.mode == Quantization::Mode::kFormat) {
         // Every linear layer's input width must hold whole groups of 32.
@@ -454,7 +455,14 @@ bool Transformer::try_kernel(LinearKernel kernel) {
         }
     }
     // A packed copy when tied: the embedding keeps its layout.
+    const at::Tensor dense_head = lm_head_;
     lm_head_ = pack_linear(kernel, lm_head_, parts(4 * layers_.size()), true, true);
+    screen_.reset();
+    if (screen_wanted_ && is_fma(kernel) && device_.is_cpu() && !lm_head_quantized() &&
+        (dtype_ == at::kFloat || dtype_ == at::kBFloat16) &&
+        config_.hidden_size % kQuantGroup == 0) {
+        screen_ = LmHeadScreen::build(dense_head, fma_path(kernel), dtype_ == at::kBFloat16);
+    }
     weight_notes_.clear();
     for (const NoteCount& n : note_counts_)
         weight_notes_.push_back(n.source + ": " + std::to_string(n.count) + " " + n.action);
@@ -520,6 +528,7 @@ int64_t Transformer::weight_bytes() const {
     }
     add(final_norm_);
     if (!lm_head_.is_same(embed_)) add(lm_head_);
+    if (screen_) bytes += screen_->bytes();
     return bytes;
 }
 
@@ -686,6 +695,14 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
                                 const std::optional<at::Tensor>& mask, KvCache& kv, int64_t kv_len,
                                 const at::Tensor& out_rows, bool row_invariant,
                                 const uint8_t* host_mask) const {
+    return lm_head_logits(
+        forward_hidden(tokens, positions, mask, kv, kv_len, out_rows, row_invariant, host_mask));
+}
+
+at::Tensor Transformer::forward_hidden(const at::Tensor& tokens, const at::Tensor& positions,
+                                       const std::optional<at::Tensor>& mask, KvCache& kv,
+                                       int64_t kv_len, const at::Tensor& out_rows,
+                                       bool row_invariant, const uint8_t* host_mask) const {
     const int64_t t = tokens.size(0);
     PYLA_CHECK(kv_len + t <= kv.capacity(), "step of " << t << " rows at kv_len " << kv_len
                                                        << " exceeds KV capacity " << kv.capacity());
@@ -730,7 +747,18 @@ at::Tensor Transformer::forward(const at::Tensor& tokens, const at::Tensor& posi
         res.x = res.x + res.mlp_out;
         normed = rms_norm(res.x.index_select(0, out_rows), final_norm_);
     }
-    return linear(normed, lm_head_, {}, config_.vocab_size);  // [R, V]
+    return normed;  // [R, hidden]
+}
+
+at::Tensor Transformer::lm_head_logits(const at::Tensor& hidden) const {
+    return linear(hidden, lm_head_, {}, config_.vocab_size);  // [R, V]
+}
+
+std::vector<TokenId> Transformer::lm_head_argmax(const at::Tensor& hidden,
+                                                 const std::vector<bool>& need,
+                                                 at::Tensor* approx) const {
+    PYLA_CHECK(screen_ != nullptr, "lm_head_argmax: no lm_head screen");
+    return screen_->argmax(hidden, lm_head_, need, approx);
 }
 
 at::Tensor Transformer::forward_rows(const at::Tensor& tokens, const at::Tensor& positions,

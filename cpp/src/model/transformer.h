@@ -15,6 +15,7 @@
 #include "kernels/fma_linear.h"
 #include "kv/kv_cache.h"
 #include "model/gguf_weights.h"
+#include "model/lm_head_screen.h"
 
 namespace pylookahead {
 
@@ -60,9 +61,11 @@ class Transformer {
     using Quantization = WeightQuantization;
 
     // `path`: a checkpoint directory (config.json + safetensors) or a GGUF file.
+    // `lm_head_screen`: take each step's argmax through an int8 screen of the lm_head where it
+    // applies (lm_head_screen() below); the argmax is the same either way.
     Transformer(const std::string& path, ModelConfig config, at::ScalarType dtype,
                 at::Device device, std::optional<LinearKernel> linear_kernel = std::nullopt,
-                Quantization quantize = {});
+                Quantization quantize = {}, bool lm_head_screen = true);
 
     const ModelConfig& config() const { return config_; }
     at::ScalarType dtype() const { return dtype_; }
@@ -83,6 +86,22 @@ class Transformer {
                        const std::optional<at::Tensor>& mask, KvCache& kv, int64_t kv_len,
                        const at::Tensor& out_rows, bool row_invariant = false,
                        const uint8_t* host_mask = nullptr) const;
+    // forward() in two halves: the final norm's rows [R, hidden] in dtype(), then their logits.
+    at::Tensor forward_hidden(const at::Tensor& tokens, const at::Tensor& positions,
+                              const std::optional<at::Tensor>& mask, KvCache& kv, int64_t kv_len,
+                              const at::Tensor& out_rows, bool row_invariant = false,
+                              const uint8_t* host_mask = nullptr) const;
+    at::Tensor lm_head_logits(const at::Tensor& hidden) const;
+    // Whether the lm_head screen is in use (model/lm_head_screen.h): CPU, the engine's avx2 or
+    // generic kernel, an fp32 or bf16 lm_head that is not quantized, hidden_size a multiple of 32,
+    // and asked for at construction.
+    bool lm_head_screen() const { return screen_ != nullptr; }
+    // The argmax of each row of lm_head_logits(hidden) (first index of the maximum, as
+    // at::argmax over its fp32 values) for the rows with need[r]; for the others, the argmax of
+    // the screen's approximations (LmHeadScreen::argmax). lm_head_screen() must be true.
+    // `approx`: if not null, the screen's fp32 approximations of the logits [R, V].
+    std::vector<TokenId> lm_head_argmax(const at::Tensor& hidden, const std::vector<bool>& need,
+                                        at::Tensor* approx) const;
 
     // The attention of one layer in a step: stores the step rows' K/V and returns [T, H, D].
     // q [T, H, D] (RoPE applied, contiguous), k [T, Hkv, D] (RoPE applied), v [T, Hkv, D].
@@ -108,7 +127,7 @@ class Transformer {
     // gate/up count once; the lm_head too).
     const std::vector<std::string>& weight_notes() const { return weight_notes_; }
     // Bytes of every weight held (embedding, linear layers as packed, norms; a tied lm_head's
-    // packed copy counted once).
+    // packed copy counted once; the lm_head screen's copy).
     int64_t weight_bytes() const;
     // True when the CPU linear weights are held pre-packed (oneDNN's or bf16_linear's layout).
     bool packed_weights() const { return kernel_ != LinearKernel::kAten; }
@@ -162,7 +181,9 @@ class Transformer {
     std::vector<LayerWeights> layers_;
     at::Tensor final_norm_;  // [hidden]
     at::Tensor lm_head_;     // [V, hidden] (the embedding when tied)
-    at::Tensor inv_freq_;    // [D / 2] fp32, rope scaling applied
+    bool screen_wanted_ = true;
+    std::shared_ptr<const LmHeadScreen> screen_;  // null: every step computes the whole lm_head
+    at::Tensor inv_freq_;                         // [D / 2] fp32, rope scaling applied
     Quantization quantize_;
     bool quantized_ = false;
     std::vector<std::string> weight_notes_;

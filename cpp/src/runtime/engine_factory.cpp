@@ -117,15 +117,16 @@ std::unique_ptr<Transformer> load_transformer(const std::string& model_dir,
     }
     std::unique_ptr<Transformer> transformer;
     try {
-        transformer =
-            std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
-                                          parse_linear_kernel(engine.linear_kernel), quantize);
+        transformer = std::make_unique<Transformer>(model_dir, std::move(config), dtype, device,
+                                                    parse_linear_kernel(engine.linear_kernel),
+                                                    quantize, engine.lm_head_screen);
     } catch (const c10::Error& e) {
         throw ModelLoadError(model_dir + ": loading weights failed: " + e.what_without_backtrace());
     }
     const Transformer& t = *transformer;
     info.quantize = !t.quantized() ? "none" : engine.quantize == "auto" ? "gguf" : engine.quantize;
     info.quantize_lm_head = t.lm_head_quantized();
+    info.lm_head_screen = t.lm_head_screen();
     info.weight_notes = t.weight_notes();
     info.weight_bytes = t.weight_bytes();
     info.packed_weights = t.packed_weights();

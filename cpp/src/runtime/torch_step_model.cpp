@@ -199,9 +199,28 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
         full_mask = m;
     }
     const StepInputs in = stage_inputs(tokens, positions, out_rows);
-    at::Tensor logits = model_.forward(in.tokens, in.positions, full_mask, kv_, kv_len_,
-                                       in.out_rows, row_invariant, mask);
+    const at::Tensor hidden = model_.forward_hidden(in.tokens, in.positions, full_mask, kv_,
+                                                    kv_len_, in.out_rows, row_invariant, mask);
     pending_rows_ = static_cast<int>(t);
+    if (sampler == nullptr && model_.lm_head_screen()) {
+        // Greedy choices through the lm_head screen: for exact rows (every row of a prefill) the
+        // same ids as the argmax below; for the others (free by contract: window rows) the argmax
+        // of its approximations. Recycled successors, drafts only, from the approximations too.
+        std::vector<bool> need(out_rows.size(), exact_rows.empty());
+        for (size_t i = 0, j = 0; i < out_rows.size() && !exact_rows.empty(); ++i) {
+            while (j < exact_rows.size() && exact_rows[j] < out_rows[i]) ++j;
+            need[i] = j < exact_rows.size() && exact_rows[j] == out_rows[i];
+        }
+        const bool successors = successors_k_ > 0 && row_invariant;
+        at::Tensor approx;
+        *argmax = model_.lm_head_argmax(hidden, need, successors ? &approx : nullptr);
+        if (successors) {
+            std::vector<TokenId> unused;
+            top_k_rows(approx, static_cast<int>(out_rows.size()), &unused);
+        }
+        return;
+    }
+    at::Tensor logits = model_.lm_head_logits(hidden);
     if (sampler != nullptr && model_.device().is_cuda()) {
         // A prefill's draw on the device too: R ids come back, not R x V logits.
         std::vector<double> u(out_rows.size());
