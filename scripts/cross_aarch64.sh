@@ -34,7 +34,7 @@ torch_includes=$(.venv/bin/python -c \
 out=build/cross-aarch64/engine-objects
 mkdir -p "$out"
 for src in cpp/src/model/attention.cpp cpp/src/model/bf16_linear.cpp cpp/src/model/fma_linear_op.cpp \
-           cpp/src/model/transformer.cpp; do
+           cpp/src/model/lm_head_screen.cpp cpp/src/model/transformer.cpp; do
   # shellcheck disable=SC2086
   aarch64-linux-gnu-g++ -std=c++17 -O2 -ffp-contract=off -Wall -Wextra -Wno-psabi -Wno-unused-parameter \
     -Icpp/src -Icpp/include $torch_includes -c "$src" -o "$out/$(basename "$src").o"

@@ -46,6 +46,14 @@ def test_generate_greedy_only(tiny_llama: Path) -> None:
     assert any(line.startswith("[greedy] 5 new tokens, 4 steps") for line in result.stdout.splitlines())
 
 
+@pytest.mark.parametrize("flag", [None, "--no-lm-head-screen"])
+def test_generate_reports_the_lm_head_screen(tiny_llama: Path, flag: str | None) -> None:
+    result = run_cli("generate", "--model", str(tiny_llama), "--prompt", "hello world", "--max-new-tokens", "5",
+                     "--greedy", "--threads", "1", *([flag] if flag else []))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"lm_head screen {'off' if flag else 'on'})" in result.stderr, result.stderr
+
+
 def test_missing_model_dir_exits_with_2(tmp_path: Path) -> None:
     missing = tmp_path / "no-such-model"
     result = run_cli("generate", "--model", str(missing), "--prompt", "hi", "--max-new-tokens", "4")
