@@ -14,13 +14,7 @@ import pytest
 
 from pylookahead import LookaheadConfig, Model, Session
 from tiny_models import TINY_VOCAB_SIZE
-
-
-def first_divergence(a: list[int], b: list[int]) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x != y:
-            return i
-    return None if len(a) == len(b) else min(len(a), len(b))
+from tolerances import first_divergence
 
 
 def assert_identical(screened: list[int], whole: list[int], what: str) -> None:
