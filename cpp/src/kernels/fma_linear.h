@@ -5,7 +5,7 @@
 // Why: a decode step has few rows (1 for greedy, 2-16 for lookahead), where a linear layer is a
 // stream over its weights; library GEMMs round a row differently at different row counts (so
 // steps need a padding row), and oneDNN's bf16 path refuses CPUs without AVX-512. This kernel
-// reads each weight once for up to 12 rows (6 when quantized; more re-read it from cache) in the weights' own
+// reads each weight once for up to 6 rows (more re-read it from cache) in the weights' own
 // width (bf16/fp16 weights are widened to fp32 in registers: half the bytes of fp32; quantized
 // values are widened there and scaled once per group).
 //
@@ -62,8 +62,7 @@ bool fma_linear_reads(CpuIsa path, WeightFormat format);
 //   bias      [n] fp32, or null
 //   y         [rows, n] fp32, row r at y + r * y_stride; only columns < n are written
 // Cost: rows * k * (b1 - b0) * fma_linear_block_cols(format) multiply-adds; reads the blocks'
-// weights once per 12 rows for the float formats, per 6 for the quantized ones (kQ4 from 13 rows
-// on the 8-lane paths: once per 32).
+// weights once per 6 rows (kQ4 from 13 rows on the 8-lane paths: once per 32).
 void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t rows,
                        int64_t x_stride, int64_t k, const void* packed, int64_t b0, int64_t b1,
                        const float* bias, float* y, int64_t y_stride, int64_t n);
