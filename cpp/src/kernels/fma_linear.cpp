@@ -49,6 +49,21 @@ inline __attribute__((always_inline)) V widen_bf16(const unsigned char* p) {
     return f;
 }
 
+// `rows` split into the fewest passes of at most `max_rows` rows, as even as possible (8 rows at
+// 6: 4 + 4, not 6 + 2): a pass of few rows has too few independent accumulator chains to keep
+// both FMA pipes busy (an FMA's latency is about 4 of its issue slots), so a thin last pass costs
+// nearly as much as a full one. Which rows a pass holds never changes an output's bits.
+struct EvenPasses {
+    EvenPasses(int64_t rows, int max_rows) : rows(rows), count((rows + max_rows - 1) / max_rows) {}
+    // The tallest pass (the first ones).
+    int64_t height() const { return (rows + count - 1) / count; }
+    // Rows in pass p: the first (rows % count) passes take one row more than the others.
+    int rows_in(int64_t p) const { return static_cast<int>(rows / count + (p < rows % count)); }
+
+    int64_t rows;
+    int64_t count;
+};
+
 // The sum of a group's 32 inputs, left to right (scalar: the same bits on every path).
 inline float group_sum(const float* x) {
     float sum = 0.0f;
