@@ -11,7 +11,8 @@ Reported per variant (medians over prompts and rounds): greedy and auto tok/s; `
 greedy; whether each auto output equals its greedy (it must: exact); the quality of the format against the bf16
 engine (top-1 agreement of next-token predictions along the bf16 greedy text, teacher-forced; how many greedy
 outputs equal bf16's, and the median index of the first divergence of the others); and for llama.cpp, how many
-prompt-lookup outputs differ from its plain output. Needs `pip install llama-cpp-python` for the llama.cpp rows (skipped with a note otherwise).
+prompt-lookup outputs differ from its plain output. Needs llama-cpp-python for the llama.cpp rows
+(`bash scripts/setup.sh "bench,convert,llama"` installs it; skipped with a note otherwise).
 
     python benchmarks/quantized.py --model smollm2-135m-instruct --threads 1 --prompts 6 --rounds 2 \\
         --out benchmarks/results/quantized/smollm2-135m-instruct-1t.json

@@ -3,9 +3,8 @@
 # int8, int4 and the GGUF's own formats beside llama-cpp-python on the same GGUF, 1 thread, on this
 # machine's own paths and, where it has AVX-512, under the AVX2 cap (engine, oneDNN and ATen capped;
 # llama.cpp is built for AVX2 + FMA + F16C, see below). Every comparison quoted is within one run.
-# Needs llama-cpp-python; on CPUs with AMX its native build crashed here, so it is built without it:
-#   CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF" \
-#     pip install --no-cache-dir llama-cpp-python==0.3.36
+# Needs llama-cpp-python, built for AVX2 + FMA + F16C (on CPUs with AMX its native build crashed
+# here): `bash scripts/setup.sh "bench,convert,llama"` installs it so.
 # Run on an idle machine (~25 min on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
