@@ -349,14 +349,14 @@ TEST(Calibration, TimesEachLayoutAndExtendsWhileCheap) {
         o.vocab_size = kVocab;
         o.clock = lm.clock();
         const std::vector<StepCost> t = calibrate_step_costs(lm, o);
-        ASSERT_EQ(t.size(), 8u);
-        const int want[] = {1, 4, 8, 16, 32, 64, 128, 256};
+        ASSERT_EQ(t.size(), 10u);
+        const int want[] = {1, 2, 3, 4, 8, 16, 32, 64, 128, 256};
         for (size_t i = 0; i < t.size(); ++i) {
             EXPECT_EQ(t[i].tokens, want[i]);
             EXPECT_NEAR(t[i].seconds, 1.0 + 0.01 * want[i], 1e-9);
         }
         EXPECT_EQ(lm.kv_len(), 0);
-        EXPECT_EQ(lm.num_forward(), 1 + 8 * 4);  // context + (warm-up + 3) per point
+        EXPECT_EQ(lm.num_forward(), 1 + 10 * 4);  // context + (warm-up + 3) per point
     }
     {
         CostOnlyModel lm(4096, [](int T) { return 1.0 * T; });

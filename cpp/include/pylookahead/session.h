@@ -149,11 +149,12 @@ class Session {
                               const AutoLookahead& lookahead, const OnTokens& on_tokens = nullptr);
 
     // Measures, once per Session, the wall time of one decode forward pass against its tokens
-    // (T = 1, 4, 8, 16, 32, 64, and 128, 256 while a step of 64 costs under 2.5 greedy steps),
-    // each the median of 3 runs after a warm-up, over 128 dummy rows placed after the rows the
-    // cache holds (which stay reusable; when fewer than 128 rows are free after them the cache
-    // is emptied instead; fewer dummy rows in a small cache). Returns the table (ascending T, the first T = 1); later
-    // calls return it without measuring. Takes roughly 30 forward passes.
+    // (T = 1, 2, 3, 4, 8, 16, 32, 64, and 128, 256 while a step of 64 costs under 2.5 greedy
+    // steps), each the median of 3 runs after a warm-up, over 128 dummy rows placed after the
+    // rows the cache holds (which stay reusable; when fewer than 128 rows are free after them
+    // the cache is emptied instead; fewer dummy rows in a small cache). Returns the table
+    // (ascending T, the first T = 1); later calls return it without measuring. Takes roughly 40
+    // forward passes.
     std::vector<StepCost> calibrate();
     // Replaces the table (e.g. one measured earlier, or a synthetic one for tests) and forgets
     // the step times measured so far. Throws ConfigError unless every tokens is in [1, 4096] and

@@ -332,12 +332,15 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
     if (model.kv_capacity() - base < 2 * 64) base = 0;
     model.truncate(base);
     const int capacity = model.kv_capacity() - base;
-    // One lookahead config per T: W = G, N = 3 (T = 4W) or N = 5 (T = 8W).
+    // One lookahead config per T: T = 2, 3 one candidate and no window (W = 0, G = 1, N = T),
+    // the steps a CPU runs most, whose cost is not a line from 1 to 4 rows (it follows the
+    // linear kernels' tile shapes); from T = 4 on W = G, N = 3 (T = 4W) or N = 5 (T = 8W).
     struct Point {
-        int tokens, w, n;
+        int tokens, w, n, g;
     };
-    const Point points[] = {{1, 0, 0},  {4, 1, 3},  {8, 2, 3},    {16, 4, 3},
-                            {32, 4, 5}, {64, 8, 5}, {128, 16, 5}, {256, 32, 5}};
+    const Point points[] = {{1, 0, 0, 0},     {2, 0, 2, 1},    {3, 0, 3, 1},  {4, 1, 3, 1},
+                            {8, 2, 3, 2},     {16, 4, 3, 4},   {32, 4, 5, 4}, {64, 8, 5, 8},
+                            {128, 16, 5, 16}, {256, 32, 5, 32}};
     // The dummy context takes at most half the cache; the steps get the rest.
     const int context = std::max(1, std::min(options.context_rows, capacity / 2));
     const int max_tokens = std::min(options.max_tokens, capacity - context);
@@ -363,7 +366,9 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
     for (const Point& pt : points) {
         if (pt.tokens > max_tokens || context + pt.tokens > capacity) break;
         if (pt.tokens > 64) {  // table holds 1 .. 64 here, in order
-            if (table.size() < 6 || table[5].seconds >= options.extend_below * table[0].seconds)
+            const auto at64 = std::find_if(table.begin(), table.end(),
+                                           [](const StepCost& c) { return c.tokens == 64; });
+            if (at64 == table.end() || at64->seconds >= options.extend_below * table[0].seconds)
                 break;
         }
         StepLayout layout;
@@ -371,7 +376,7 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
             LookaheadConfig c;
             c.window_size = pt.w;
             c.ngram_size = pt.n;
-            c.verification_set_size = pt.w;
+            c.verification_set_size = pt.g;
             layout = build_step_layout(step_budget(c));
             PYLA_CHECK(layout.budget.tokens_per_step == pt.tokens, "calibration layout");
         } else {

@@ -129,9 +129,9 @@ struct CalibrationOptions {
     std::function<double()> clock;  // as DecodeRequest::clock
 };
 
-// Times decode steps of T = 1 (a greedy step) and T = 4, 8, 16, 32, 64 (then 128, 256 while
-// cheap; all <= max_tokens and within the cache), each the real layout of a lookahead config with
-// that T (W = G, N = 3 or 5), over a dummy context of context_rows cached rows. The dummy rows
+// Times decode steps of T = 1 (a greedy step) and T = 2, 3, 4, 8, 16, 32, 64 (then 128, 256
+// while cheap; all <= max_tokens and within the cache), each the real layout of a lookahead
+// config with that T (T = 2, 3: W = 0, one candidate of T - 1 tokens; then W = G, N = 3 or 5), over a dummy context of context_rows cached rows. The dummy rows
 // go after the rows the cache already holds, which are kept (kv_len() is the same on return),
 // unless fewer than 128 rows are free after them: then the cache is emptied first (kv_len() = 0
 // on return). Returns ascending points, the first for T = 1.
