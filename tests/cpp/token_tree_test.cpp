@@ -1,5 +1,6 @@
 // The token tree: trie merging, selection under a budget, and verification, against a brute
-// force over random trees (the accepted path is what greedy decoding of the oracle would do).
+// force over random trees (the accepted path is what greedy decoding of the oracle would do);
+// the scorer's buckets and the suffix source's grades.
 #include "lookahead/token_tree.h"
 
 #include <gtest/gtest.h>
@@ -10,7 +11,10 @@
 #include <vector>
 
 #include "lookahead/draft_scorer.h"
+#include "lookahead/pool_drafter.h"
+#include "lookahead/shared_pool.h"
 #include "lookahead/step_plan.h"
+#include "lookahead/suffix_drafter.h"
 
 namespace pylookahead {
 namespace {
@@ -183,6 +187,105 @@ TEST(DraftScorer, LearnsAcceptanceByDepthAndRank) {
     EXPECT_DOUBLE_EQ(scorer.offered(DraftSource::kSuffix, 2, 0), 50.0);
     EXPECT_DOUBLE_EQ(scorer.offered(DraftSource::kSuffix, 2, 1), 0.0);
     EXPECT_LT(scorer.rate(DraftSource::kSuffix, 1, 1), 0.1);
+}
+
+// Grades are buckets of their own: verdicts on weak suffix matches leave the rate of strong ones
+// where it was, and before any verdict a longer match starts higher.
+TEST(DraftScorer, LearnsEachGradeApart) {
+    DraftScorer scorer;
+    for (int g = 1; g < DraftScorer::kGrades; ++g) {
+        EXPECT_GT(scorer.rate(DraftSource::kSuffix, 1, 0, g),
+                  scorer.rate(DraftSource::kSuffix, 1, 0, g - 1));
+    }
+    const double strong = scorer.rate(DraftSource::kSuffix, 1, 0, 6);
+    TreeNode weak;  // depth 1, rank 0, grade 0, rejected
+    weak.source = DraftSource::kSuffix;
+    for (int i = 0; i < 50; ++i) scorer.record({weak}, {0});
+    EXPECT_LT(scorer.rate(DraftSource::kSuffix, 1, 0, 0), 0.05);
+    EXPECT_DOUBLE_EQ(scorer.rate(DraftSource::kSuffix, 1, 0, 6), strong);
+    EXPECT_DOUBLE_EQ(scorer.offered(DraftSource::kSuffix, 1, 0, 0), 50.0);
+    EXPECT_DOUBLE_EQ(scorer.offered(DraftSource::kSuffix, 1, 0, 6), 0.0);
+    // Grades past the last share it; a negative one is grade 0.
+    EXPECT_DOUBLE_EQ(scorer.rate(DraftSource::kSuffix, 1, 0, 99), strong);
+    EXPECT_DOUBLE_EQ(scorer.rate(DraftSource::kSuffix, 1, 0, -1),
+                     scorer.rate(DraftSource::kSuffix, 1, 0, 0));
+}
+
+TEST(DraftScorer, GradesAMatchByItsLength) {
+    const int want[] = {0, 0, 1, 2, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5, 6, 6, 6};
+    for (int length = 1; length <= 20; ++length) {
+        EXPECT_EQ(DraftScorer::match_grade(length), want[length]) << "length " << length;
+    }
+    EXPECT_EQ(DraftScorer::match_grade(SuffixDrafter::kMaxExtend), DraftScorer::kGrades - 1);
+}
+
+// The text ends with 12 13 14 15 16: the earlier 16 after 12 .. 15 matches 5 tokens (grade 3),
+// the one after 99 matches 16 alone (grade 0). Each continuation's nodes carry its grade, and
+// its scores are the rates of that grade.
+TEST(SuffixDrafter, EachContinuationCarriesItsGrade) {
+    SuffixDrafter d(/*max_branches=*/2, /*max_depth=*/2);
+    d.start(nullptr, {10, 11, 12, 13, 14, 15, 16, 50, 99, 16, 60, 12, 13, 14, 15}, 16);
+    DraftScorer scorer;
+    DraftContext ctx;
+    ctx.x = 16;
+    ctx.budget = 2;
+    ctx.scorer = &scorer;
+    TokenTree tree;
+    d.propose(ctx, &tree);
+    ASSERT_EQ(tree.size(), 4);
+    const struct {
+        TokenId token;
+        int depth, rank, grade;
+    } want[] = {{50, 1, 0, 3}, {99, 2, 0, 3}, {60, 1, 1, 0}, {12, 2, 1, 0}};
+    for (int i = 0; i < 4; ++i) {
+        const TreeNode& v = tree.node(i);
+        EXPECT_EQ(v.token, want[i].token) << i;
+        EXPECT_EQ(v.depth, want[i].depth) << i;
+        EXPECT_EQ(v.rank, want[i].rank) << i;
+        EXPECT_EQ(v.grade, want[i].grade) << i;
+    }
+    EXPECT_DOUBLE_EQ(tree.score(0), scorer.rate(DraftSource::kSuffix, 1, 0, 3));
+    EXPECT_DOUBLE_EQ(tree.score(3), scorer.rate(DraftSource::kSuffix, 1, 1, 0) *
+                                        scorer.rate(DraftSource::kSuffix, 2, 1, 0));
+}
+
+// A seeded pool entry is graded by its match: x and the context tokens equal to the text's
+// (here 2 of 3: a match of 3 tokens, grade 2); a window entry, which has no context, by grade 0.
+TEST(PoolDrafter, GradesSeededEntriesByTheirMatchedContext) {
+    SharedPool pool;
+    pool.start_run(/*ngram_len=*/2, /*capacity=*/4, /*keep=*/false);
+    const Tokens seeded{20, 21}, harvested{30, 31}, context{7, 8, 9};
+    pool.write([&](NgramPool& p) {
+        p.insert(16, harvested.data(), NgramSource::kWindow);
+        p.insert(16, seeded.data(), NgramSource::kSeed, context.data());
+    });
+    PoolDrafter d(&pool, 2);
+    DraftScorer scorer;
+    const Tokens recent{5, 8, 9};  // the text before x = 16
+    DraftContext ctx;
+    ctx.x = 16;
+    ctx.recent = recent.data();
+    ctx.budget = 4;
+    ctx.scorer = &scorer;
+    TokenTree tree;
+    d.propose(ctx, &tree);
+    ASSERT_EQ(tree.size(), 4);
+    const struct {
+        TokenId token;
+        DraftSource source;
+        int rank, grade;
+    } want[] = {{20, DraftSource::kHistory, 0, 2},
+                {21, DraftSource::kHistory, 0, 2},
+                {30, DraftSource::kWindow, 1, 0},
+                {31, DraftSource::kWindow, 1, 0}};
+    for (int i = 0; i < 4; ++i) {
+        const TreeNode& v = tree.node(i);
+        EXPECT_EQ(v.token, want[i].token) << i;
+        EXPECT_EQ(v.source, want[i].source) << i;
+        EXPECT_EQ(v.rank, want[i].rank) << i;
+        EXPECT_EQ(v.grade, want[i].grade) << i;
+    }
+    EXPECT_DOUBLE_EQ(tree.score(0), scorer.rate(DraftSource::kHistory, 1, 0, 2));
 }
 
 TEST(StepPlan, TreeRowsSeeXTheirAncestorsAndThemselves) {

@@ -41,9 +41,9 @@ class Drafter {
     virtual void on_step(const StepRows& rows) { (void)rows; }
 };
 
-// Adds path[0..n) under the root as one proposal of `source` with `rank`: token d (depth d + 1)
-// gets score prod_{i <= d} scorer.rate(source, i + 1, rank).
+// Adds path[0..n) under the root as one proposal of `source` with `rank` and `grade`: token d
+// (depth d + 1) gets score prod_{i <= d} scorer.rate(source, i + 1, rank, grade).
 void add_scored_path(TokenTree* tree, const DraftScorer& scorer, const TokenId* path, int n,
-                     DraftSource source, int rank);
+                     DraftSource source, int rank, int grade = 0);
 
 }  // namespace pylookahead

@@ -64,12 +64,7 @@ NgramPool::Candidates NgramPool::select(TokenId key, const TokenId* recent, int 
     std::vector<std::pair<int, int>> ranked;
     ranked.reserve(c.count);
     for (int i = 0; i < c.count; ++i) {
-        const TokenId* ctx = c.contexts + i * kContextLen;
-        int m = 0;
-        while (m < kContextLen && ctx[kContextLen - 1 - m] != kUnknown &&
-               ctx[kContextLen - 1 - m] == recent[kContextLen - 1 - m]) {
-            ++m;
-        }
+        const int m = matched_context(c.contexts + i * kContextLen, recent);
         ranked.emplace_back(m * (c.count + 1) + i, i);
     }
     const int n = std::min(max_count, c.count);

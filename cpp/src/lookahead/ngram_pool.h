@@ -62,6 +62,16 @@ class NgramPool {
     // kUnknown never matches), then the newest. `order` is overwritten. Returns find(key).
     Candidates select(TokenId key, const TokenId* recent, int max_count,
                       std::vector<int>* order) const;
+    // How many trailing tokens of an entry's `context` equal `recent` (both [kContextLen], oldest
+    // first; kUnknown never matches): 0 .. kContextLen.
+    static int matched_context(const TokenId* context, const TokenId* recent) {
+        int m = 0;
+        while (m < kContextLen && context[kContextLen - 1 - m] != kUnknown &&
+               context[kContextLen - 1 - m] == recent[kContextLen - 1 - m]) {
+            ++m;
+        }
+        return m;
+    }
     // The kContextLen tokens of `text` before index `at` (kUnknown before the start) into `out`.
     static void context_before(const TokenId* text, int64_t at, TokenId* out) {
         for (int j = 0; j < kContextLen; ++j) {

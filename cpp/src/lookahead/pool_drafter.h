@@ -1,6 +1,8 @@
 // The n-gram pool as a draft source of the token tree (std-only): the pool's best G entries for
 // x (NgramPool::select: most matching context, then newest), each an (N-1)-token path, scored
-// as history (seeded) or window (harvested) proposals with their rank in that order. The pool is
+// as history (seeded) or window (harvested) proposals with their rank in that order; a history
+// entry is graded by its match (DraftScorer::match_grade of x and the context tokens that equal
+// the text's), a window entry (no context) has grade 0. The pool is
 // written by LookaheadAlgorithm (Jacobi window harvest, seeding); this only reads it.
 #pragma once
 

@@ -94,6 +94,7 @@ void SuffixDrafter::propose(const DraftContext& ctx, TokenTree* tree) {
     });
     const int depth = std::min(max_depth_, std::max(1, ctx.budget));
     std::vector<TokenId> cont;
+    found_grades_.clear();
     for (const Match& mt : matches_) {
         if (static_cast<int>(found_.size()) >= max_branches_) break;
         cont.clear();
@@ -104,10 +105,11 @@ void SuffixDrafter::propose(const DraftContext& ctx, TokenTree* tree) {
         if (cont.empty()) continue;
         if (std::find(found_.begin(), found_.end(), cont) != found_.end()) continue;
         found_.push_back(cont);
+        found_grades_.push_back(DraftScorer::match_grade(mt.length));
     }
     for (size_t r = 0; r < found_.size(); ++r) {
         add_scored_path(tree, *ctx.scorer, found_[r].data(), static_cast<int>(found_[r].size()),
-                        DraftSource::kSuffix, static_cast<int>(r));
+                        DraftSource::kSuffix, static_cast<int>(r), found_grades_[r]);
     }
 }
 

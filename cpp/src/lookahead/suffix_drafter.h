@@ -8,8 +8,9 @@
 // (ascending). A lookup takes the last m tokens (x last) for m = kMaxKey down to 1, collects
 // earlier positions whose m tokens equal them (newest first, at most kScanPerKey per m), extends
 // each match backwards (up to kMaxExtend tokens) and proposes the continuations of the longest,
-// then newest, matches. Memory: O(kMaxKey) positions per text token. Cost per lookup:
-// O(kMaxKey * kScanPerKey * kMaxExtend) token compares, per append O(kMaxKey) hash inserts.
+// then newest, matches, each graded by its match length (DraftScorer::match_grade). Memory:
+// O(kMaxKey) positions per text token. Cost per lookup: O(kMaxKey * kScanPerKey * kMaxExtend)
+// token compares, per append O(kMaxKey) hash inserts.
 #pragma once
 
 #include <array>
@@ -48,6 +49,7 @@ class SuffixDrafter : public Drafter {
     int64_t segment_begin_ = 0;  // first index of the current segment
     std::array<std::unordered_map<uint64_t, std::vector<int32_t>>, kMaxKey> ends_;
     std::vector<std::vector<TokenId>> found_;  // propose() scratch: the continuations, best first
+    std::vector<int> found_grades_;            // propose() scratch: their grades
     struct Match {
         int32_t end;     // index of the last matched token
         int32_t length;  // matched tokens, extended

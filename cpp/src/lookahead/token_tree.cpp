@@ -11,7 +11,8 @@ void TokenTree::clear() {
     root_first_child_ = -1;
 }
 
-int TokenTree::add(int parent, TokenId token, double score, DraftSource source, int rank) {
+int TokenTree::add(int parent, TokenId token, double score, DraftSource source, int rank,
+                   int grade) {
     PYLA_CHECK(parent >= kRoot && parent < size(), "tree parent " << parent << " of " << size());
     int32_t* link = parent == kRoot ? &root_first_child_ : &nodes_[parent].first_child;
     int32_t child = *link;
@@ -23,6 +24,7 @@ int TokenTree::add(int parent, TokenId token, double score, DraftSource source, 
         e.node.depth = parent == kRoot ? 1 : nodes_[parent].node.depth + 1;
         e.node.source = source;
         e.node.rank = rank;
+        e.node.grade = grade;
         e.score = score;
         e.next_sibling = *link;
         child = static_cast<int32_t>(nodes_.size());
@@ -35,6 +37,7 @@ int TokenTree::add(int parent, TokenId token, double score, DraftSource source, 
         e.score = score;
         e.node.source = source;
         e.node.rank = rank;
+        e.node.grade = grade;
     }
     return child;
 }

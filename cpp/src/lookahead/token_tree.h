@@ -39,6 +39,7 @@ struct TreeNode {
     int32_t depth = 1;                           // 1 for a child of the root
     DraftSource source = DraftSource::kHistory;  // of the best-scoring proposal
     int32_t rank = 0;    // that proposal's rank among its source's proposals at the parent
+    int32_t grade = 0;   // that proposal's evidence class (DraftScorer::kGrades; 0: none)
     double score = 0.0;  // estimated P(accepted) (TokenTree::add's best score)
 };
 
@@ -49,9 +50,9 @@ class TokenTree {
 
     void clear();
     // The node for `token` under `parent` (kRoot or an index returned before), created if new.
-    // Its score becomes the larger of its old and `score` (and then source and rank those of
-    // this proposal). Returns the node's index.
-    int add(int parent, TokenId token, double score, DraftSource source, int rank);
+    // Its score becomes the larger of its old and `score` (and then source, rank and grade those
+    // of this proposal). Returns the node's index.
+    int add(int parent, TokenId token, double score, DraftSource source, int rank, int grade = 0);
     int size() const { return static_cast<int>(nodes_.size()); }
     const TreeNode& node(int i) const { return nodes_[i].node; }
     double score(int i) const { return nodes_[i].score; }
