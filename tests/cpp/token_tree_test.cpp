@@ -189,6 +189,19 @@ TEST(DraftScorer, LearnsAcceptanceByDepthAndRank) {
     EXPECT_LT(scorer.rate(DraftSource::kSuffix, 1, 1), 0.1);
 }
 
+// What drafter `d` proposes for x (recent: the kContextLen tokens before it, or null).
+TokenTree proposed(Drafter& d, TokenId x, const TokenId* recent, int budget,
+                   const DraftScorer& scorer) {
+    DraftContext ctx;
+    ctx.x = x;
+    ctx.recent = recent;
+    ctx.budget = budget;
+    ctx.scorer = &scorer;
+    TokenTree tree;
+    d.propose(ctx, &tree);
+    return tree;
+}
+
 // Grades are buckets of their own: verdicts on weak suffix matches leave the rate of strong ones
 // where it was, and before any verdict a longer match starts higher.
 TEST(DraftScorer, LearnsEachGradeApart) {
@@ -226,12 +239,7 @@ TEST(SuffixDrafter, EachContinuationCarriesItsGrade) {
     SuffixDrafter d(/*max_branches=*/2, /*max_depth=*/2);
     d.start(nullptr, {10, 11, 12, 13, 14, 15, 16, 50, 99, 16, 60, 12, 13, 14, 15}, 16);
     DraftScorer scorer;
-    DraftContext ctx;
-    ctx.x = 16;
-    ctx.budget = 2;
-    ctx.scorer = &scorer;
-    TokenTree tree;
-    d.propose(ctx, &tree);
+    const TokenTree tree = proposed(d, 16, nullptr, 2, scorer);
     ASSERT_EQ(tree.size(), 4);
     const struct {
         TokenId token;
@@ -262,13 +270,7 @@ TEST(PoolDrafter, GradesSeededEntriesByTheirMatchedContext) {
     PoolDrafter d(&pool, 2);
     DraftScorer scorer;
     const Tokens recent{5, 8, 9};  // the text before x = 16
-    DraftContext ctx;
-    ctx.x = 16;
-    ctx.recent = recent.data();
-    ctx.budget = 4;
-    ctx.scorer = &scorer;
-    TokenTree tree;
-    d.propose(ctx, &tree);
+    const TokenTree tree = proposed(d, 16, recent.data(), 4, scorer);
     ASSERT_EQ(tree.size(), 4);
     const struct {
         TokenId token;
