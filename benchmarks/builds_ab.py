@@ -15,6 +15,10 @@ elsewhere: this compares speed at equal output).
 
 `--auto` also decodes each prompt with `lookahead="auto"` (its output must equal greedy too).
 
+`--calibrations N` also calibrates N more fresh sessions per run and reports, per T, the median and range of the
+step-cost ratio (T-token step over 1-token step) across all of a build's calibrations: how steady the table `auto`
+plans with is on this machine.
+
 `--context N` makes every prompt N tokens long (other HumanEval prompts in front of it), for costs that grow with
 the context, such as attention's.
 """
@@ -56,6 +60,12 @@ def worker(args: argparse.Namespace) -> int:
                 k += 7
             inputs[j] = (prefix + ids)[-args.context :]
     table = dict(session.calibrate())
+    # More fresh sessions' tables (each calibrates on its own): how much the table moves between
+    # calibrations on this machine, as ratios to each table's own 1-token step.
+    tables = [{t: s / table[1] for t, s in table.items()}]
+    for _ in range(args.calibrations):
+        extra = dict(Session(model).calibrate())
+        tables.append({t: s / extra[1] for t, s in extra.items()})
     runs = []
     for p, ids in zip(prompts, inputs):
         out = session.generate(ids, max_new_tokens=args.max_new_tokens)
@@ -72,6 +82,7 @@ def worker(args: argparse.Namespace) -> int:
         "cpu_isa": model.info.cpu_isa,
         "lm_head_screen": model.info.lm_head_screen,
         "step_1_token_s": table[1],
+        "step_cost_ratios": tables,
         "runs": runs,
     }))  # fmt: skip
     return 0
@@ -104,6 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--auto", action="store_true", help="also run lookahead='auto' on each prompt (output must equal greedy)"
+    )
+    parser.add_argument(
+        "--calibrations",
+        type=int,
+        default=0,
+        help="also calibrate this many fresh sessions per run and report the spread of each step-cost "
+        "ratio (T-token step over 1-token step) across all of a build's calibrations",
     )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -139,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                 cmd = [sys.executable, __file__, "--worker", "--model", args.model, "--dtype", dtype,
                        "--threads", str(args.threads), "--prompts", str(args.prompts),
                        "--max-new-tokens", str(args.max_new_tokens), "--context", str(args.context),
+                       "--calibrations", str(args.calibrations),
                        *(["--auto"] if args.auto else []),
                        "--model-options", json.dumps(model_options[b])]  # fmt: skip
                 proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, cwd="/")
@@ -170,6 +189,17 @@ def main(argv: list[str] | None = None) -> int:
                 "greedy_tok_s_median": median(x["tok_s"] for r in rs for x in r["runs"]),
                 "step_1_token_ms_median": median(r["step_1_token_s"] for r in rs) * 1e3,
             }
+            # JSON keys are strings: T as text.
+            tables = [t for r in rs for t in r.get("step_cost_ratios", [])]
+            row[b]["step_cost_ratios"] = {
+                t: {
+                    "median": median(tb[t] for tb in tables if t in tb),
+                    "min": min(tb[t] for tb in tables if t in tb),
+                    "max": max(tb[t] for tb in tables if t in tb),
+                    "calibrations": sum(t in tb for tb in tables),
+                }
+                for t in sorted({t for tb in tables for t in tb}, key=int)
+            }
             if args.auto:
                 row[b]["auto_tok_s_median"] = median(x["auto_tok_s"] for r in rs for x in r["runs"])
                 row[b]["auto_equals_greedy"] = all(x["auto_equals_greedy"] for r in rs for x in r["runs"])
@@ -186,6 +216,14 @@ def main(argv: list[str] | None = None) -> int:
                 f"{dtype}: auto {row['test']['auto_tok_s_median']:.1f} vs {row['base']['auto_tok_s_median']:.1f} "
                 f"tok/s ({row['test_vs_base_auto_tok_s']:.2f}x); auto == greedy: "
                 f"{row['test']['auto_equals_greedy'] and row['base']['auto_equals_greedy']}"
+            )
+        for t in list(row["test"]["step_cost_ratios"])[1:6]:
+            a, c = row["test"]["step_cost_ratios"][t], row["base"]["step_cost_ratios"].get(t)
+            print(
+                f"{dtype}: step of {t} tokens / 1-token step: median {a['median']:.2f} range "
+                f"{a['min']:.2f}-{a['max']:.2f} vs "
+                + (f"{c['median']:.2f} range {c['min']:.2f}-{c['max']:.2f}" if c else "-")
+                + f" ({a['calibrations']} calibrations each)"
             )
         print(
             f"{dtype}: greedy {row['test']['greedy_tok_s_median']:.1f} vs {row['base']['greedy_tok_s_median']:.1f} "
@@ -204,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 "max_new_tokens": args.max_new_tokens,
                 "context": args.context,
                 "auto": args.auto,
+                "calibrations": args.calibrations,
                 "base": args.base_label,
                 "base_options": base_options,
             },

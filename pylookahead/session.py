@@ -688,7 +688,7 @@ class Session:
     ) -> list[tuple[int, float]]:
         """The step-cost table of automatic lookahead: [(tokens per step, seconds), ...].
 
-        Without `costs`, measures it on the first call (about 40 forward passes of 1..64 tokens,
+        Without `costs`, measures it on the first call (about 45 forward passes of 1..64 tokens, in rounds,
         or up to 256 when wide steps are cheap) and returns the cached table afterwards. With
         `costs` ({tokens: seconds} or (tokens, seconds) pairs; one entry for 1 token), uses that
         table instead, e.g. one saved from an earlier session or a synthetic one for tests.

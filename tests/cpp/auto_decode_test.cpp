@@ -356,7 +356,8 @@ TEST(Calibration, TimesEachLayoutAndExtendsWhileCheap) {
             EXPECT_NEAR(t[i].seconds, 1.0 + 0.01 * want[i], 1e-9);
         }
         EXPECT_EQ(lm.kv_len(), 0);
-        EXPECT_EQ(lm.num_forward(), 1 + 10 * 4);  // context + (warm-up + 3) per point
+        // context + (warm-up + 3) rounds of the greedy step and 7 points, then of it and 2 more
+        EXPECT_EQ(lm.num_forward(), 1 + 4 * 8 + 4 * 3);
     }
     {
         CostOnlyModel lm(4096, [](int T) { return 1.0 * T; });
@@ -373,6 +374,31 @@ TEST(Calibration, TimesEachLayoutAndExtendsWhileCheap) {
         const std::vector<StepCost> t = calibrate_step_costs(lm, o);
         EXPECT_EQ(t.back().tokens, 16);  // 20 context rows + at most 20 step rows
         EXPECT_EQ(lm.kv_len(), 0);
+    }
+}
+
+// A burst of other load (a run of consecutive forwards 3x slower) spoils at most one round of
+// each point, wherever it falls, so every point keeps its true cost; timed point by point, the
+// burst would land on all runs of one point.
+TEST(Calibration, ABurstOfLoadSpoilsOneRoundNotOnePoint) {
+    for (int start = 1; start < 1 + 4 * 8; ++start) {
+        int forwards = 0;
+        auto cost = [&](int T) {
+            const int i = forwards++;
+            const double slow = i >= start && i < start + 8 ? 3.0 : 1.0;
+            return slow * (1.0 + 0.25 * T);
+        };
+        CostOnlyModel lm(4096, cost);
+        CalibrationOptions o;
+        o.vocab_size = kVocab;
+        o.max_tokens = 64;
+        o.clock = lm.clock();
+        const std::vector<StepCost> t = calibrate_step_costs(lm, o);
+        ASSERT_EQ(t.size(), 8u) << "burst from forward " << start;
+        for (const StepCost& c : t) {
+            EXPECT_NEAR(c.seconds, 1.0 + 0.25 * c.tokens, 1e-9)
+                << "T = " << c.tokens << ", burst from forward " << start;
+        }
     }
 }
 

@@ -150,10 +150,11 @@ class Session {
 
     // Measures, once per Session, the wall time of one decode forward pass against its tokens
     // (T = 1, 2, 3, 4, 8, 16, 32, 64, and 128, 256 while a step of 64 costs under 2.5 greedy
-    // steps), each the median of 3 runs after a warm-up, over 128 dummy rows placed after the
-    // rows the cache holds (which stay reusable; when fewer than 128 rows are free after them
-    // the cache is emptied instead; fewer dummy rows in a small cache). Returns the table
-    // (ascending T, the first T = 1); later calls return it without measuring. Takes roughly 40
+    // steps), timed in 3 rounds after a warm-up round (each point: the median of its time over
+    // its round's greedy step, times the median greedy step), over 128 dummy rows placed after
+    // the rows the cache holds (which stay reusable; when fewer than 128 rows are free after
+    // them the cache is emptied instead; fewer dummy rows in a small cache). Returns the table
+    // (ascending T, the first T = 1); later calls return it without measuring. Takes roughly 45
     // forward passes.
     std::vector<StepCost> calibrate();
     // Replaces the table (e.g. one measured earlier, or a synthetic one for tests) and forgets

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <iterator>
 #include <string>
+#include <utility>
 
 #include "check.h"
 #include "lookahead/lookahead_algorithm.h"
@@ -362,45 +364,87 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
     model.forward_step(tokens, positions, nullptr, {context - 1}, {}, &argmax, nullptr);
     model.commit(rows);
 
-    std::vector<StepCost> table;
-    for (const Point& pt : points) {
-        if (pt.tokens > max_tokens || context + pt.tokens > capacity) break;
-        if (pt.tokens > 64) {  // table holds 1 .. 64 here, in order
-            const auto at64 = std::find_if(table.begin(), table.end(),
-                                           [](const StepCost& c) { return c.tokens == 64; });
-            if (at64 == table.end() || at64->seconds >= options.extend_below * table[0].seconds)
-                break;
-        }
+    // One step of each point, prepared once: its layout and dummy tokens.
+    struct Step {
+        int tokens;
         StepLayout layout;
+        std::vector<TokenId> ids;
+        std::vector<int32_t> positions;
+    };
+    auto prepare = [&](const Point& pt) {
+        Step st;
+        st.tokens = pt.tokens;
         if (pt.tokens > 1) {
             LookaheadConfig c;
             c.window_size = pt.w;
             c.ngram_size = pt.n;
             c.verification_set_size = pt.g;
-            layout = build_step_layout(step_budget(c));
-            PYLA_CHECK(layout.budget.tokens_per_step == pt.tokens, "calibration layout");
+            st.layout = build_step_layout(step_budget(c));
+            PYLA_CHECK(st.layout.budget.tokens_per_step == pt.tokens, "calibration layout");
         } else {
-            layout.offsets = {0};
-            layout.out_rows = {0};
-            layout.exact_rows = {0};
+            st.layout.offsets = {0};
+            st.layout.out_rows = {0};
+            st.layout.exact_rows = {0};
         }
-        std::vector<TokenId> step_tokens(pt.tokens);
-        std::vector<int32_t> step_positions(pt.tokens);
         for (int i = 0; i < pt.tokens; ++i) {
-            step_tokens[i] = dummy();
-            step_positions[i] = base + context + layout.offsets[i];
+            st.ids.push_back(dummy());
+            st.positions.push_back(base + context + st.layout.offsets[i]);
         }
-        const uint8_t* mask = pt.tokens > 1 ? layout.mask.data() : nullptr;
-        std::vector<double> times;
-        for (int r = 0; r <= options.repetitions; ++r) {  // r = 0 warms up, untimed
+        return st;
+    };
+    const Step greedy = prepare(points[0]);
+    // Times `steps` in rounds, each a greedy step then every step once (the first round warms
+    // up, untimed), so a step and the greedy step it is compared with run moments apart: drift
+    // and bursts of other load touch one round, not one point. Returns each step's seconds: the
+    // median over rounds of its time over the round's greedy time, times the median greedy time.
+    // Cost: (repetitions + 1) * (steps + 1) forwards.
+    auto time_rounds = [&](const std::vector<Step>& steps) {
+        auto run = [&](const Step& st) {
+            const uint8_t* mask = st.tokens > 1 ? st.layout.mask.data() : nullptr;
             const double t0 = now();
-            model.forward_step(step_tokens, step_positions, mask, layout.out_rows,
-                               layout.exact_rows, &argmax, nullptr);
-            const double dt = now() - t0;
-            if (r > 0) times.push_back(dt);
+            model.forward_step(st.ids, st.positions, mask, st.layout.out_rows, st.layout.exact_rows,
+                               &argmax, nullptr);
+            return now() - t0;
+        };
+        std::vector<double> greedy_times;
+        std::vector<std::vector<double>> ratios(steps.size());
+        for (int r = 0; r <= options.repetitions; ++r) {
+            const double round_greedy = std::max(run(greedy), 1e-12);
+            if (r > 0) greedy_times.push_back(round_greedy);
+            for (size_t i = 0; i < steps.size(); ++i) {
+                const double dt = run(steps[i]);
+                if (r > 0) ratios[i].push_back(dt / round_greedy);
+            }
         }
-        std::sort(times.begin(), times.end());
-        table.push_back(StepCost{pt.tokens, std::max(times[times.size() / 2], 1e-9)});
+        auto median = [](std::vector<double> v) {
+            std::sort(v.begin(), v.end());
+            return v[v.size() / 2];
+        };
+        const double g = median(greedy_times);
+        std::vector<double> seconds;
+        for (const std::vector<double>& q : ratios) seconds.push_back(median(q) * g);
+        return std::make_pair(g, seconds);
+    };
+    // The points that fit: up to 64 tokens first; beyond, only while a step of 64 is cheap.
+    std::vector<Step> near, far;
+    for (size_t i = 1; i < std::size(points); ++i) {
+        const Point& pt = points[i];
+        if (pt.tokens > max_tokens || context + pt.tokens > capacity) break;
+        (pt.tokens <= 64 ? near : far).push_back(prepare(pt));
+    }
+    const auto [g, near_seconds] = time_rounds(near);
+    std::vector<StepCost> table{StepCost{1, std::max(g, 1e-9)}};
+    for (size_t i = 0; i < near.size(); ++i)
+        table.push_back(StepCost{near[i].tokens, std::max(near_seconds[i], 1e-9)});
+    const bool extend = !near.empty() && near.back().tokens == 64 &&
+                        table.back().seconds < options.extend_below * table[0].seconds;
+    if (extend && !far.empty()) {
+        // Compared with greedy steps of their own rounds, then on the table's greedy scale.
+        const auto [g_far, far_seconds] = time_rounds(far);
+        for (size_t i = 0; i < far.size(); ++i) {
+            table.push_back(
+                StepCost{far[i].tokens, std::max(far_seconds[i] / g_far * table[0].seconds, 1e-9)});
+        }
     }
     model.truncate(base);
     return table;

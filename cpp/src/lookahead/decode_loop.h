@@ -121,7 +121,7 @@ GenerationResult run_decode(
 struct CalibrationOptions {
     int vocab_size = 2;      // dummy token ids are drawn from [0, vocab_size)
     int context_rows = 128;  // cached rows the timed steps attend to (at most half the cache)
-    int repetitions = 3;     // timed runs per point (after one untimed warm-up); the median is kept
+    int repetitions = 3;     // timed rounds (after one untimed warm-up round), see below
     int max_tokens = 256;    // largest T timed
     // Points beyond 64 tokens are timed only while a step of 64 costs less than this many greedy
     // steps (a device where wide steps are nearly free: more room for lookahead).
@@ -131,7 +131,13 @@ struct CalibrationOptions {
 
 // Times decode steps of T = 1 (a greedy step) and T = 2, 3, 4, 8, 16, 32, 64 (then 128, 256
 // while cheap; all <= max_tokens and within the cache), each the real layout of a lookahead
-// config with that T (T = 2, 3: W = 0, one candidate of T - 1 tokens; then W = G, N = 3 or 5), over a dummy context of context_rows cached rows. The dummy rows
+// config with that T (T = 2, 3: W = 0, one candidate of T - 1 tokens; then W = G, N = 3 or 5),
+// over a dummy context of context_rows cached rows. The points are timed in rounds (a greedy
+// step, then each point once), and a point's cost is the median over rounds of its time over
+// its round's greedy step, times the median greedy step: on a shared machine a burst of other
+// load or a drift of the clock rate spoils one round, not one point's every run, so the table's
+// shape (what lookahead's plans weigh) holds. Cost: (repetitions + 1) rounds of up to 8 steps,
+// and as many of 3 for the points beyond 64. The dummy rows
 // go after the rows the cache already holds, which are kept (kv_len() is the same on return),
 // unless fewer than 128 rows are free after them: then the cache is emptied first (kv_len() = 0
 // on return). Returns ascending points, the first for T = 1.
