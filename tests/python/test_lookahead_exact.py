@@ -155,6 +155,25 @@ def test_tiny_lookahead_equals_greedy(tiny_case, arch: str, seed: int, cfg: tupl
         assert out.stats.steps == case.greedy.stats.steps
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_tiny_wide_gqa_group_lookahead_equals_greedy(tiny_model_factory, dtype: str) -> None:
+    """Six query heads on one KV head: the attention kernel runs a KV head's query heads in tiles (at most 4 on AVX2
+    and the generic build: here 4 + 2; 8 on AVX-512: one of 6), and each row's bits must not depend on the step's
+    width."""
+    model_dir = tiny_model_factory(
+        "llama", seed=3, hidden_size=96, num_attention_heads=6, num_key_value_heads=1, head_dim=16
+    )
+    session = Session(model_dir, dtype=dtype)
+    prompt = repetitive_prompt(3)
+    greedy = session.generate(prompt, max_new_tokens=TINY_NEW_TOKENS)
+    fewer_steps = False
+    for cfg in [(4, 4, 4), (0, 5, 4), (3, 4, 3, 16, 2, 2)]:
+        out = session.generate(prompt, max_new_tokens=TINY_NEW_TOKENS, lookahead=la(*cfg))
+        assert out.token_ids == greedy.token_ids, f"{dtype} {cfg_id(cfg)}"
+        fewer_steps = fewer_steps or out.stats.steps < greedy.stats.steps
+    assert fewer_steps, "no config accepted a draft: the equality above would be vacuous"
+
+
 def test_tiny_grid_exercises_multi_token_acceptance(tiny_case) -> None:
     """The equality above is not vacuous: on every (arch, seed), the largest config accepts multi-token runs."""
     for arch in TINY_ARCHS:

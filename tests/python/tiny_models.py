@@ -158,6 +158,7 @@ def write_tiny_model(
     num_hidden_layers: int = 2,
     num_attention_heads: int = 4,
     num_key_value_heads: int = 2,
+    hidden_size: int = 64,
     vocab_size: int = TINY_VOCAB_SIZE,
     attention_bias: bool | None = None,
     with_tokenizer: bool = True,
@@ -181,6 +182,7 @@ def write_tiny_model(
         num_hidden_layers=num_hidden_layers,
         num_attention_heads=num_attention_heads,
         num_key_value_heads=num_key_value_heads,
+        hidden_size=hidden_size,
         vocab_size=vocab_size,
         attention_bias=attention_bias,
     )

@@ -19,10 +19,9 @@ namespace {
 // Every value below is computed by one fixed sequence of IEEE operations per element (this file
 // is compiled with -ffp-contract=off, and nothing is reassociated), independent of how many rows,
 // slots or threads a call has, so a row's result is a function of its own inputs only. The work
-// is written with 16-float vectors (GCC vector extensions: one zmm register on AVX-512, two ymm on
-// AVX2, four xmm or NEON registers otherwise); a vector lane does exactly what the scalar code
-// would, so the per-ISA builds below (picked per call from cpu_isa(), which honours the
-// PYLOOKAHEAD_CPU_ISA cap) even agree with each other.
+// is written with GCC vector extensions on each build's native width (below); a vector lane does
+// exactly what the scalar code would, so the per-ISA builds (picked per call from cpu_isa(),
+// which honours the PYLOOKAHEAD_CPU_ISA cap) even agree with each other.
 #if defined(__GNUC__) && defined(__x86_64__)
 #define PYLA_HAVE_ISA_BUILDS 1
 #else
@@ -30,52 +29,122 @@ namespace {
 #endif
 #define PYLA_INLINE inline __attribute__((always_inline))
 
-constexpr int64_t kLanes = 16;
-typedef float F16 __attribute__((vector_size(kLanes * sizeof(float))));
-typedef int32_t I16 __attribute__((vector_size(kLanes * sizeof(int32_t))));
-constexpr int kMaxHeads = 8;  // query heads per tile (GQA groups are split into tiles of <= 8)
+constexpr int64_t kLanes = 16;  // slots per key block, and the unit dp and sp are rounded to
+constexpr int kMaxHeads = 8;    // query heads per tile at most (GQA groups are split into tiles)
 
-PYLA_INLINE F16 load(const float* p) {
-    F16 v;
+// The builds compute on native vectors V of W floats (GNU vector extension): 16 on AVX-512 (one
+// zmm), 8 on AVX2 and the generic build (one ymm; two xmm or NEON registers), so no operation is
+// split by the compiler; a 16-lane block of the layouts above is kLanes / W of them. Lane for lane
+// the operations are the same in every build.
+typedef float F16 __attribute__((vector_size(16 * sizeof(float))));
+typedef int32_t I16 __attribute__((vector_size(16 * sizeof(int32_t))));
+typedef float F8 __attribute__((vector_size(8 * sizeof(float))));
+typedef int32_t I8 __attribute__((vector_size(8 * sizeof(int32_t))));
+template <typename V>
+struct VecInt;
+template <>
+struct VecInt<F16> {
+    typedef I16 type;
+};
+template <>
+struct VecInt<F8> {
+    typedef I8 type;
+};
+template <typename V>
+constexpr int kWidth = static_cast<int>(sizeof(V) / sizeof(float));
+
+// Query heads per tile: the score pass keeps one accumulator per head and 16-lane block, with the
+// key block, within the 16 (AVX2) or 32 (AVX-512) vector registers.
+template <typename V>
+constexpr int heads_per_tile() {
+    return kWidth<V> == 16 ? kMaxHeads : 4;
+}
+
+template <typename V>
+PYLA_INLINE V load(const float* p) {
+    V v;
     std::memcpy(&v, p, sizeof v);
     return v;
 }
 
-PYLA_INLINE void store(float* p, F16 v) { std::memcpy(p, &v, sizeof v); }
+template <typename V>
+PYLA_INLINE void store(float* p, V v) {
+    std::memcpy(p, &v, sizeof v);
+}
 
-PYLA_INLINE F16 splat(float x) { return F16{} + x; }
+template <typename V>
+PYLA_INLINE V splat(float x) {
+    return V{} + x;
+}
 
 int64_t round_up(int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
-// exp(x) for x <= 0 (scores minus their maximum), 16 at a time: Cody-Waite range reduction
+// exp(x) for x <= 0 (scores minus their maximum), one vector at a time: Cody-Waite range reduction
 // x = n ln2 + r, |r| <= ln2 / 2, a degree-6 polynomial for e^r (about 1 ulp), then 2^n through
 // the exponent bits. Below -87 it returns e^-87 (1.6e-38), which adds nothing next to the
 // maximum's 1.
-PYLA_INLINE F16 exp_nonpositive(F16 x) {
-    const F16 lo = splat(-87.0f);
+template <typename V>
+PYLA_INLINE V exp_nonpositive(V x) {
+    typedef typename VecInt<V>::type I;
+    const V lo = splat<V>(-87.0f);
     x = x < lo ? lo : x;
-    const F16 shifter = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
-    const F16 t = x * splat(1.44269504088896341f) + shifter;
-    const F16 n = t - shifter;
-    F16 r = x - n * splat(0.693359375f);
-    r = r - n * splat(-2.12194440e-4f);
-    const F16 r2 = r * r;
-    F16 p = splat(1.9875691500e-4f);
-    p = p * r + splat(1.3981999507e-3f);
-    p = p * r + splat(8.3334519073e-3f);
-    p = p * r + splat(4.1665795894e-2f);
-    p = p * r + splat(1.6666665459e-1f);
-    p = p * r + splat(5.0000001201e-1f);
-    p = p * r2 + r + splat(1.0f);
-    I16 bits;
+    const V shifter = splat<V>(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+    const V t = x * splat<V>(1.44269504088896341f) + shifter;
+    const V n = t - shifter;
+    V r = x - n * splat<V>(0.693359375f);
+    r = r - n * splat<V>(-2.12194440e-4f);
+    const V r2 = r * r;
+    V p = splat<V>(1.9875691500e-4f);
+    p = p * r + splat<V>(1.3981999507e-3f);
+    p = p * r + splat<V>(8.3334519073e-3f);
+    p = p * r + splat<V>(4.1665795894e-2f);
+    p = p * r + splat<V>(1.6666665459e-1f);
+    p = p * r + splat<V>(5.0000001201e-1f);
+    p = p * r2 + r + splat<V>(1.0f);
+    I bits;
     std::memcpy(&bits, &t, sizeof bits);
     int32_t shifter_bits;
     const float shifter_f = 12582912.0f;
     std::memcpy(&shifter_bits, &shifter_f, sizeof shifter_bits);
-    const I16 scale_bits = ((bits - shifter_bits) + 127) << 23;
-    F16 scale;
+    const I scale_bits = ((bits - shifter_bits) + 127) << 23;
+    V scale;
     std::memcpy(&scale, &scale_bits, sizeof scale);
     return p * scale;
+}
+
+// Values of the weighted sum for NG heads over C vectors of W lanes from column i0:
+// acc[g][c] = sum_e w[g][e] * v[slots[e]][i0 + c W + lane], e ascending; then out = acc / denom.
+template <int NG, int C, typename V, typename T>
+PYLA_INLINE void weigh_values(const float* vf, int64_t d, int64_t dp, int64_t sp,
+                              const int32_t* slots, int64_t n, const float* sc, const float* denom,
+                              int64_t i0, T* out, int64_t out_stride) {
+    constexpr int W = kWidth<V>;
+    V acc[NG][C];
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) acc[g][c] = V{};
+    }
+    for (int64_t e = 0; e < n; ++e) {
+        const float* row = vf + static_cast<int64_t>(slots[e]) * dp + i0;
+        V v[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) v[c] = load<V>(row + c * W);
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; ++g) {
+            const V w = splat<V>(sc[g * sp + e]);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) acc[g][c] = acc[g][c] + v[c] * w;
+        }
+    }
+    for (int g = 0; g < NG; ++g) {
+        for (int c = 0; c < C; ++c) {
+            const V o = acc[g][c] / splat<V>(denom[g]);
+            T* dst = out + g * out_stride + i0 + c * W;
+            const int64_t lanes = std::min<int64_t>(W, d - i0 - c * W);
+            for (int64_t l = 0; l < lanes; ++l) dst[l] = static_cast<T>(o[l]);
+        }
+    }
 }
 
 // One (query row, KV head) of the kernel: NG query heads that share the KV head.
@@ -86,21 +155,37 @@ PYLA_INLINE F16 exp_nonpositive(F16 x) {
 //   slots  [n]        the slots this row sees, ascending
 //   sc     [NG, sp]   scratch
 //   out    NG rows of d values (stride out_stride), dtype T
-template <int NG, typename T>
+template <int NG, typename V, typename T>
 PYLA_INLINE void attend_tile(const float* q, const float* kt, const float* vf, int64_t d,
                              int64_t dp, int64_t sp, const int32_t* slots, int64_t n, float scale,
                              float* sc, T* out, int64_t out_stride) {
+    constexpr int W = kWidth<V>;
+    constexpr int kSub = kLanes / W;  // vectors per block of 16 lanes
     // Scores of every slot (visible or not, so that each is computed the same way):
     // sc[g][s] = (sum_i q[g][i] * k[s][i], i ascending) * scale.
     for (int64_t s0 = 0; s0 < sp; s0 += kLanes) {
-        F16 acc[NG];
-        for (int g = 0; g < NG; ++g) acc[g] = F16{};
+        V acc[NG][kSub];
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; ++g) {
+#pragma GCC unroll 2
+            for (int h = 0; h < kSub; ++h) acc[g][h] = V{};
+        }
         const float* col = kt + s0 * d;  // the block of slots s0 .. s0 + 15
         for (int64_t i = 0; i < d; ++i) {
-            const F16 k = load(col + i * kLanes);
-            for (int g = 0; g < NG; ++g) acc[g] = acc[g] + k * q[g * dp + i];
+            V k[kSub];
+#pragma GCC unroll 2
+            for (int h = 0; h < kSub; ++h) k[h] = load<V>(col + i * kLanes + h * W);
+#pragma GCC unroll 8
+            for (int g = 0; g < NG; ++g) {
+                const V qv = splat<V>(q[g * dp + i]);
+#pragma GCC unroll 2
+                for (int h = 0; h < kSub; ++h) acc[g][h] = acc[g][h] + k[h] * qv;
+            }
         }
-        for (int g = 0; g < NG; ++g) store(sc + g * sp + s0, acc[g] * scale);
+        for (int g = 0; g < NG; ++g) {
+            for (int h = 0; h < kSub; ++h)
+                store<V>(sc + g * sp + s0 + h * W, acc[g][h] * splat<V>(scale));
+        }
     }
     // Softmax over the visible slots: compact them to the front (in slot order), subtract the
     // maximum, exponentiate, and sum in 16 lanes (lane l takes positions l, l+16, ...).
@@ -112,77 +197,84 @@ PYLA_INLINE void attend_tile(const float* q, const float* kt, const float* vf, i
         float m = p[0];
         for (int64_t e = 1; e < n; ++e) m = std::max(m, p[e]);
         for (int64_t e = n; e < np; ++e) p[e] = m;  // padding lanes, dropped below
-        F16 part = F16{};
+        V part[kSub];
+        for (int h = 0; h < kSub; ++h) part[h] = V{};
         for (int64_t e0 = 0; e0 < np; e0 += kLanes) {
-            F16 w = exp_nonpositive(load(p + e0) - m);
-            if (e0 + kLanes > n) {
-                for (int64_t l = n - e0; l < kLanes; ++l) w[l] = 0.f;
+            for (int h = 0; h < kSub; ++h) {
+                V w = exp_nonpositive<V>(load<V>(p + e0 + h * W) - splat<V>(m));
+                for (int64_t l = 0; l < W; ++l) {
+                    if (e0 + h * W + l >= n) w[l] = 0.f;
+                }
+                store<V>(p + e0 + h * W, w);
+                part[h] = part[h] + w;
             }
-            store(p + e0, w);
-            part = part + w;
         }
         float total = 0.f;
-        for (int l = 0; l < kLanes; ++l) total += part[l];
+        for (int h = 0; h < kSub; ++h) {
+            for (int l = 0; l < W; ++l) total += part[h][l];
+        }
         denom[g] = total;
     }
     // Weighted values: out[g][i] = (sum_e w[g][e] * v[slots[e]][i], e ascending) / denom[g].
-    // A pass reads kChunk vectors (up to a whole row) of each visible value row in turn, so the
-    // rows stream through in slot order, with NG x kChunk accumulators in registers.
-    constexpr int64_t kChunk = NG <= 2 ? 8 : NG <= 4 ? 4 : NG <= 6 ? 2 : 1;
-    for (int64_t i0 = 0; i0 < dp; i0 += kChunk * kLanes) {
-        const int64_t vectors = std::min<int64_t>(kChunk, (dp - i0) / kLanes);
-        F16 acc[NG][kChunk];
-        for (int g = 0; g < NG; ++g) {
-            for (int64_t c = 0; c < kChunk; ++c) acc[g][c] = F16{};
-        }
-        for (int64_t e = 0; e < n; ++e) {
-            const float* row = vf + static_cast<int64_t>(slots[e]) * dp + i0;
-            for (int64_t c = 0; c < kChunk; ++c) {
-                if (c == vectors) break;
-                const F16 v = load(row + c * kLanes);
-                for (int g = 0; g < NG; ++g) acc[g][c] = acc[g][c] + v * sc[g * sp + e];
-            }
-        }
-        for (int g = 0; g < NG; ++g) {
-            for (int64_t c = 0; c < vectors; ++c) {
-                const F16 o = acc[g][c] / denom[g];
-                T* dst = out + g * out_stride + i0 + c * kLanes;
-                const int64_t lanes = std::min<int64_t>(kLanes, d - i0 - c * kLanes);
-                for (int64_t l = 0; l < lanes; ++l) dst[l] = static_cast<T>(o[l]);
-            }
-        }
-    }
+    // A pass reads C vectors (up to a whole row) of each visible value row in turn, so the rows
+    // stream through in slot order, with NG x C accumulators and C value vectors in registers.
+    constexpr int C = W == 16 ? (NG <= 2 ? 8 : NG <= 4 ? 4 : NG <= 6 ? 2 : 1) : (NG <= 2 ? 4 : 2);
+    const int64_t vectors = dp / W;  // dp is a multiple of 16
+    int64_t c0 = 0;
+    for (; c0 + C <= vectors; c0 += C)
+        weigh_values<NG, C, V, T>(vf, d, dp, sp, slots, n, sc, denom, c0 * W, out, out_stride);
+    for (; c0 < vectors; ++c0)
+        weigh_values<NG, 1, V, T>(vf, d, dp, sp, slots, n, sc, denom, c0 * W, out, out_stride);
 }
 
-template <typename T>
+template <typename V, typename T>
 PYLA_INLINE void attend_dispatch(int ng, const float* q, const float* kt, const float* vf,
                                  int64_t d, int64_t dp, int64_t sp, const int32_t* slots, int64_t n,
                                  float scale, float* sc, T* out, int64_t out_stride) {
     switch (ng) {
         // clang-format off
 #define PYLA_TILE(G) \
-    case G: return attend_tile<G, T>(q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+    case G: return attend_tile<G, V, T>(q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
         PYLA_TILE(1) PYLA_TILE(2) PYLA_TILE(3) PYLA_TILE(4)
-        PYLA_TILE(5) PYLA_TILE(6) PYLA_TILE(7) PYLA_TILE(8)
 #undef PYLA_TILE
         // clang-format on
     }
+    if constexpr (heads_per_tile<V>() > 4) {
+        switch (ng) {
+            // clang-format off
+#define PYLA_TILE(G) \
+    case G: return attend_tile<G, V, T>(q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride);
+            PYLA_TILE(5) PYLA_TILE(6) PYLA_TILE(7) PYLA_TILE(8)
+#undef PYLA_TILE
+            // clang-format on
+        }
+    }
+    PYLA_CHECK(false, "attention: no tile of " << ng << " heads");
 }
 
 // The per-ISA entry points: one build of attend_dispatch<T> per target, chosen per call.
-#define PYLA_ATTEND_BUILD(NAME, TARGET)                                                     \
-    template <typename T>                                                                   \
-    TARGET void NAME(int ng, const float* q, const float* kt, const float* vf, int64_t d,   \
-                     int64_t dp, int64_t sp, const int32_t* slots, int64_t n, float scale,  \
-                     float* sc, T* out, int64_t out_stride) {                               \
-        attend_dispatch<T>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride); \
+#define PYLA_ATTEND_BUILD(NAME, V, TARGET)                                                     \
+    template <typename T>                                                                      \
+    TARGET void NAME(int ng, const float* q, const float* kt, const float* vf, int64_t d,      \
+                     int64_t dp, int64_t sp, const int32_t* slots, int64_t n, float scale,     \
+                     float* sc, T* out, int64_t out_stride) {                                  \
+        attend_dispatch<V, T>(ng, q, kt, vf, d, dp, sp, slots, n, scale, sc, out, out_stride); \
     }
-PYLA_ATTEND_BUILD(attend_generic, )
+PYLA_ATTEND_BUILD(attend_generic, F8, )
 #if PYLA_HAVE_ISA_BUILDS
-PYLA_ATTEND_BUILD(attend_avx2, __attribute__((target("arch=x86-64-v3"))))
-PYLA_ATTEND_BUILD(attend_avx512, __attribute__((target("arch=x86-64-v4"))))
+PYLA_ATTEND_BUILD(attend_avx2, F8, __attribute__((target("arch=x86-64-v3"))))
+PYLA_ATTEND_BUILD(attend_avx512, F16, __attribute__((target("arch=x86-64-v4"))))
 #endif
 #undef PYLA_ATTEND_BUILD
+
+// Query heads per tile of the build attend() takes (its ng is at most this).
+int attend_heads_per_tile() {
+#if PYLA_HAVE_ISA_BUILDS
+    static const CpuIsa isa = cpu_isa();
+    if (isa >= CpuIsa::kAvx512) return heads_per_tile<F16>();
+#endif
+    return heads_per_tile<F8>();
+}
 
 template <typename T>
 void attend(int ng, const float* q, const float* kt, const float* vf, int64_t d, int64_t dp,
@@ -232,6 +324,7 @@ void run_fp32(const at::Tensor& q, const KvCache& kv, int layer, int64_t kv_len,
 
     // One task = one query row x one KV head (its `group` query heads, in tiles).
     const float fscale = static_cast<float>(scale);
+    const int64_t heads = attend_heads_per_tile();
     at::parallel_for(0, n_rows * hkv, grain, [&](int64_t begin, int64_t end) {
         std::vector<float> qf(kMaxHeads * dp, 0.f), sc(kMaxHeads * sp);
         std::vector<int32_t> slots;
@@ -246,8 +339,8 @@ void run_fp32(const at::Tensor& q, const KvCache& kv, int layer, int64_t kv_len,
                 }
             }
             const int64_t n = static_cast<int64_t>(slots.size());
-            for (int64_t g0 = 0; g0 < group; g0 += kMaxHeads) {
-                const int ng = static_cast<int>(std::min<int64_t>(kMaxHeads, group - g0));
+            for (int64_t g0 = 0; g0 < group; g0 += heads) {
+                const int ng = static_cast<int>(std::min<int64_t>(heads, group - g0));
                 for (int g = 0; g < ng; ++g) {
                     const T* src = qp + r * qs0 + (kvh * group + g0 + g) * qs1;
                     for (int64_t i = 0; i < d; ++i) qf[g * dp + i] = to_f32(src[i]);
