@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "check.h"
+#include "lookahead/auto/step_cost_model.h"
 #include "lookahead/lookahead_algorithm.h"
 #include "lookahead/step_layout.h"
 #include "pylookahead/errors.h"
@@ -416,10 +417,6 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
                 if (r > 0) ratios[i].push_back(dt / round_greedy);
             }
         }
-        auto median = [](std::vector<double> v) {
-            std::sort(v.begin(), v.end());
-            return v[v.size() / 2];
-        };
         const double g = median(greedy_times);
         std::vector<double> seconds;
         for (const std::vector<double>& q : ratios) seconds.push_back(median(q) * g);

@@ -9,8 +9,6 @@
 
 namespace pylookahead {
 
-namespace {
-
 double median(std::vector<double> v) {
     PYLA_CHECK(!v.empty(), "median of nothing");
     const size_t mid = v.size() / 2;
@@ -21,6 +19,8 @@ double median(std::vector<double> v) {
     }
     return m;
 }
+
+namespace {
 
 void push_capped(std::deque<double>* q, double value, size_t keep) {
     q->push_back(value);

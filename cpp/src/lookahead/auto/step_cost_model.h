@@ -10,6 +10,9 @@
 
 namespace pylookahead {
 
+// The median of `values` (the mean of the middle two for an even count); not empty.
+double median(std::vector<double> values);
+
 // Seconds of one decode step against its tokens per step T.
 class StepCostModel {
   public:
