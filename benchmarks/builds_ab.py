@@ -13,7 +13,8 @@ elsewhere: this compares speed at equal output).
 `--base-options KEY=VALUE,...` runs the base with those Model options (alone: the same build, e.g.
 `--base-options lm_head_screen=false` compares the lm_head screen against the whole lm_head in one binary).
 
-`--auto` also decodes each prompt with `lookahead="auto"` (its output must equal greedy too).
+`--auto` also decodes each prompt with `lookahead="auto"`, `--config W,N,G` (repeatable) with that fixed config;
+every output must equal greedy too.
 
 `--calibrations N` also calibrates N more fresh sessions per run and reports, per T, the median and range of the
 step-cost ratio (T-token step over 1-token step) across all of a build's calibrations: how steady the table `auto`
@@ -39,7 +40,7 @@ def worker(args: argparse.Namespace) -> int:
     import torch
 
     import pylookahead
-    from pylookahead import Model, Session
+    from pylookahead import LookaheadConfig, Model, Session
     from pylookahead.tools import bench
 
     torch.set_num_threads(args.threads)
@@ -70,10 +71,21 @@ def worker(args: argparse.Namespace) -> int:
     for p, ids in zip(prompts, inputs):
         out = session.generate(ids, max_new_tokens=args.max_new_tokens)
         run = {"prompt": p.id, "tok_s": out.stats.new_tokens / out.stats.decode_s, "ids": out.token_ids}
-        if args.auto:
-            la = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead="auto")
-            run["auto_tok_s"] = la.stats.new_tokens / la.stats.decode_s
-            run["auto_equals_greedy"] = la.token_ids == out.token_ids
+        run["lookahead"] = {}
+        for label in lookahead_labels(args):
+            if label == "auto":
+                cfg = "auto"
+            else:
+                w, n, g = map(int, label.split(","))
+                cfg = LookaheadConfig(window_size=w, ngram_size=n, verification_set_size=g)
+            la = session.generate(ids, max_new_tokens=args.max_new_tokens, lookahead=cfg)
+            run["lookahead"][label] = {
+                "tok_s": la.stats.new_tokens / la.stats.decode_s,
+                "equals_greedy": la.token_ids == out.token_ids,
+                "tokens_per_step": la.stats.compression,
+                # (an older base build has no such counter: 0)
+                "skipped_head_rows_per_step": getattr(la.stats, "skipped_head_rows", 0) / max(la.stats.steps, 1),
+            }
         runs.append(run)
     print(json.dumps({
         "module": pylookahead.__file__,
@@ -86,6 +98,11 @@ def worker(args: argparse.Namespace) -> int:
         "runs": runs,
     }))  # fmt: skip
     return 0
+
+
+def lookahead_labels(args: argparse.Namespace) -> list[str]:
+    """The lookahead methods each prompt runs besides greedy: "auto" and the --config W,N,G labels."""
+    return (["auto"] if args.auto else []) + list(args.config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,6 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--auto", action="store_true", help="also run lookahead='auto' on each prompt (output must equal greedy)"
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="W,N,G",
+        help="also run this fixed lookahead config on each prompt (repeatable; output must equal greedy)",
     )
     parser.add_argument(
         "--calibrations",
@@ -159,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
                        "--max-new-tokens", str(args.max_new_tokens), "--context", str(args.context),
                        "--calibrations", str(args.calibrations),
                        *(["--auto"] if args.auto else []),
+                       *[a for c in args.config for a in ("--config", c)],
                        "--model-options", json.dumps(model_options[b])]  # fmt: skip
                 proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True, cwd="/")
                 if proc.returncode != 0:
@@ -200,22 +225,33 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for t in sorted({t for tb in tables for t in tb}, key=int)
             }
-            if args.auto:
-                row[b]["auto_tok_s_median"] = median(x["auto_tok_s"] for r in rs for x in r["runs"])
-                row[b]["auto_equals_greedy"] = all(x["auto_equals_greedy"] for r in rs for x in r["runs"])
-                same = same and row[b]["auto_equals_greedy"]
+            row[b]["lookahead"] = {}
+            for label in lookahead_labels(args):
+                xs = [x["lookahead"][label] for r in rs for x in r["runs"]]
+                row[b]["lookahead"][label] = {
+                    "tok_s_median": median(x["tok_s"] for x in xs),
+                    "tokens_per_step_median": median(x["tokens_per_step"] for x in xs),
+                    "skipped_head_rows_per_step_median": median(x["skipped_head_rows_per_step"] for x in xs),
+                    "equals_greedy": all(x["equals_greedy"] for x in xs),
+                }
+                same = same and row[b]["lookahead"][label]["equals_greedy"]
         ids = {b: [x["ids"] for r in results[b][dtype] for x in r["runs"]] for b in builds}
         row["greedy_identical"] = ids["test"] == ids["base"]
         same = same and row["greedy_identical"]
         row["test_vs_base_tok_s"] = row["test"]["greedy_tok_s_median"] / row["base"]["greedy_tok_s_median"]
         row["base_vs_test_step"] = row["base"]["step_1_token_ms_median"] / row["test"]["step_1_token_ms_median"]
         summary[dtype] = row
-        if args.auto:
-            row["test_vs_base_auto_tok_s"] = row["test"]["auto_tok_s_median"] / row["base"]["auto_tok_s_median"]
+        row["test_vs_base_lookahead_tok_s"] = {}
+        for label in lookahead_labels(args):
+            t, c = row["test"]["lookahead"][label], row["base"]["lookahead"][label]
+            row["test_vs_base_lookahead_tok_s"][label] = t["tok_s_median"] / c["tok_s_median"]
             print(
-                f"{dtype}: auto {row['test']['auto_tok_s_median']:.1f} vs {row['base']['auto_tok_s_median']:.1f} "
-                f"tok/s ({row['test_vs_base_auto_tok_s']:.2f}x); auto == greedy: "
-                f"{row['test']['auto_equals_greedy'] and row['base']['auto_equals_greedy']}"
+                f"{dtype}: lookahead {label}: {t['tok_s_median']:.1f} vs {c['tok_s_median']:.1f} tok/s "
+                f"({row['test_vs_base_lookahead_tok_s'][label]:.2f}x), over greedy "
+                f"{t['tok_s_median'] / row['test']['greedy_tok_s_median']:.2f}x vs "
+                f"{c['tok_s_median'] / row['base']['greedy_tok_s_median']:.2f}x; tokens/step "
+                f"{t['tokens_per_step_median']:.2f} vs {c['tokens_per_step_median']:.2f}; == greedy: "
+                f"{t['equals_greedy'] and c['equals_greedy']}"
             )
         for t in list(row["test"]["step_cost_ratios"])[1:6]:
             a, c = row["test"]["step_cost_ratios"][t], row["base"]["step_cost_ratios"].get(t)
@@ -242,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 "max_new_tokens": args.max_new_tokens,
                 "context": args.context,
                 "auto": args.auto,
+                "configs": args.config,
                 "calibrations": args.calibrations,
                 "base": args.base_label,
                 "base_options": base_options,
