@@ -280,6 +280,7 @@ void bind_results(py::module_& m) {
         .def_readonly("pool_size", &GenerationStats::pool_size)
         .def_readonly("step_times_s", &GenerationStats::step_times_s)
         .def_readonly("lookahead_steps", &GenerationStats::lookahead_steps)
+        .def_readonly("skipped_head_rows", &GenerationStats::skipped_head_rows)
         .def_readonly("auto_decisions", &GenerationStats::auto_decisions)
         .def_readonly("cuda_graphs", &GenerationStats::cuda_graphs)
         .def_readonly("cuda_graph_bytes", &GenerationStats::cuda_graph_bytes)

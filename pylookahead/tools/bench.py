@@ -706,7 +706,7 @@ def summarize(name: str, method_info: dict[str, Any], records: list[tuple[RunRec
             1 for ds in decisions if any(d["config"] != "greedy" and not d["config"].startswith("0,") for d in ds)
         )
     if engine:
-        for key in ("prefill_s", "decode_s", "accepted_from_prompt", "accepted_from_window"):
+        for key in ("prefill_s", "decode_s", "accepted_from_prompt", "accepted_from_window", "skipped_head_rows"):
             if all(isinstance(e.get(key), (int, float)) for e in engine):
                 summary[key] = sum(e[key] for e in engine)
     return summary

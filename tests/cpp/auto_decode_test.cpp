@@ -35,9 +35,11 @@ class TimedOracle : public OracleLm {
         : OracleLm(std::move(seq), kVocab, capacity), cost_(std::move(cost)) {}
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                      const std::vector<int32_t>& exact_rows,
+                      const std::vector<int32_t>& out_parent, std::vector<TokenId>* argmax,
                       TokenSampler* sampler) override {
-        OracleLm::forward_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
+        OracleLm::forward_step(tokens, positions, mask, out_rows, exact_rows, out_parent, argmax,
+                               sampler);
         now_ += cost_(static_cast<int>(tokens.size()));
         ++steps_by_tokens_[tokens.size()];
     }
@@ -315,8 +317,8 @@ class CostOnlyModel : public StepModel {
         : capacity_(capacity), cost_(std::move(cost)) {}
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t*, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>&, std::vector<TokenId>* argmax,
-                      TokenSampler*) override {
+                      const std::vector<int32_t>&, const std::vector<int32_t>&,
+                      std::vector<TokenId>* argmax, TokenSampler*) override {
         ASSERT_LE(kv_len_ + static_cast<int>(tokens.size()), capacity_);
         for (size_t i = 0; i < positions.size(); ++i) ASSERT_GE(positions[i], kv_len_);
         ++num_forward_;

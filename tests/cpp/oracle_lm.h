@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "lookahead/decode_loop.h"
+#include "lookahead/row_reads.h"
 
 namespace pylookahead {
 
@@ -27,7 +28,8 @@ class OracleLm : public StepModel {
 
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                      const std::vector<int32_t>& exact_rows,
+                      const std::vector<int32_t>& out_parent, std::vector<TokenId>* argmax,
                       TokenSampler* sampler = nullptr) override {
         ASSERT_EQ(sampler, nullptr) << "OracleLm has no logits to sample from";
         const int T = static_cast<int>(tokens.size());
@@ -67,9 +69,17 @@ class OracleLm : public StepModel {
                                   ? seq_[next]
                                   : static_cast<TokenId>((hash >> 17) % vocab_size_));
         }
+        if (!out_parent.empty()) {
+            ASSERT_EQ(out_parent.size(), out_rows.size());
+            skip_unread_rows(tokens, out_rows, out_parent, argmax);
+        }
         successors_.clear();
         if (successors_k_ > 0 && !exact_rows.empty()) {
             for (size_t r = 0; r < out_rows.size(); ++r) {
+                if ((*argmax)[r] < 0) {  // a skipped row: no successors either
+                    successors_.insert(successors_.end(), successors_k_, -1);
+                    continue;
+                }
                 successors_.push_back((*argmax)[r]);
                 for (int j = 1; j < successors_k_; ++j) {
                     successors_.push_back(static_cast<TokenId>(
@@ -109,13 +119,32 @@ class OracleLm : public StepModel {
     }
 
     int num_forward() const { return num_forward_; }
+    // Out rows this model left at -1 because nothing reads them (as TorchStepModel skips them).
+    int64_t skipped_rows() const { return skipped_rows_; }
 
   private:
+    // What TorchStepModel::choose_read_rows returns: the rows of the two passes of
+    // lookahead/row_reads.h keep their choice, the others -1.
+    void skip_unread_rows(const std::vector<TokenId>& tokens, const std::vector<int32_t>& out_rows,
+                          const std::vector<int32_t>& out_parent, std::vector<TokenId>* argmax) {
+        std::vector<TokenId> row_token(out_rows.size());
+        for (size_t i = 0; i < out_rows.size(); ++i) row_token[i] = tokens[out_rows[i]];
+        std::vector<int32_t> first, second;
+        first_pass_rows(out_parent, &first);
+        second_pass_rows(out_parent, row_token, *argmax, &second);
+        std::vector<TokenId> kept(argmax->size(), -1);
+        for (int32_t r : first) kept[r] = (*argmax)[r];
+        for (int32_t r : second) kept[r] = (*argmax)[r];
+        skipped_rows_ += std::count(kept.begin(), kept.end(), TokenId{-1});
+        *argmax = std::move(kept);
+    }
+
     std::vector<TokenId> seq_;  // [S] prompt + oracle continuation
     int vocab_size_;
     int capacity_;
     int kv_len_ = 0;
     int num_forward_ = 0;
+    int64_t skipped_rows_ = 0;
     int successors_k_ = 0;
     std::vector<TokenId> successors_;      // [R * k] of the last forward_step
     std::vector<TokenId> step_tokens_;     // [T] of the last forward_step

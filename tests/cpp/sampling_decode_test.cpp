@@ -29,8 +29,8 @@ class ChainLm : public StepModel {
 
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* out,
-                      TokenSampler* sampler) override {
+                      const std::vector<int32_t>& exact_rows, const std::vector<int32_t>&,
+                      std::vector<TokenId>* out, TokenSampler* sampler) override {
         (void)exact_rows;
         const int T = static_cast<int>(tokens.size());
         ++num_forward_;

@@ -3,6 +3,7 @@
 // cut by max_new_tokens or an end id is exact, and the per-source counters add up.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <numeric>
 #include <string>
 #include <tuple>
@@ -46,7 +47,7 @@ LookaheadConfig config_of(const TreeParams& p) {
 
 GenerationResult decode(const Tokens& text, int prompt_len, int max_new, const TreeParams& p,
                         const Tokens& ends = {}, int* forwards = nullptr,
-                        std::vector<int>* step_rows = nullptr) {
+                        std::vector<int>* step_rows = nullptr, int64_t* skipped = nullptr) {
     std::unique_ptr<OracleLm> lm = p.fixed ? std::make_unique<FixedShapeLm>(text, kVocab, 4096)
                                            : std::make_unique<OracleLm>(text, kVocab, 4096);
     DecodeRequest request;
@@ -56,6 +57,7 @@ GenerationResult decode(const Tokens& text, int prompt_len, int max_new, const T
     request.lookahead = config_of(p);
     GenerationResult r = run_decode(*lm, request, nullptr);
     if (forwards) *forwards = lm->num_forward();
+    if (skipped) *skipped = lm->skipped_rows();
     (void)step_rows;
     return r;
 }
@@ -79,14 +81,20 @@ class TreeOracle : public ::testing::TestWithParam<TreeParams> {};
 
 TEST_P(TreeOracle, EqualsGreedyWithEveryCut) {
     const TreeParams p = GetParam();
+    int64_t skipped_total = 0;
     for (const auto& [text, prompt_len] :
          {std::pair{mixed_text(240, 1), 60}, std::pair{mixed_text(200, 3), 9},
           std::pair{periodic_text(160), 12}}) {
         const int max_new = static_cast<int>(text.size()) - prompt_len - 8;
         int forwards = 0;
-        const GenerationResult r = decode(text, prompt_len, max_new, p, {}, &forwards);
+        int64_t skipped = 0;
+        const GenerationResult r =
+            decode(text, prompt_len, max_new, p, {}, &forwards, nullptr, &skipped);
         EXPECT_EQ(r.token_ids, expected(text, prompt_len, max_new, {}));
         EXPECT_EQ(forwards, 1 + r.stats.steps);
+        // The model's skipped rows (-1, lookahead/row_reads.h) are counted, and never read.
+        EXPECT_EQ(r.stats.skipped_head_rows, skipped);
+        skipped_total += skipped;
         check_counters(r, p);
         for (int m : {1, 2, 3, 5, 8, 13, 21, 34}) {
             const GenerationResult c = decode(text, prompt_len, m, p);
@@ -101,6 +109,8 @@ TEST_P(TreeOracle, EqualsGreedyWithEveryCut) {
             EXPECT_EQ(c.stop_reason, StopReason::kEndToken);
         }
     }
+    // Rejected drafts leave rows unread.
+    EXPECT_GT(skipped_total, 0);
 }
 
 // On a text that repeats, every source finds the continuation: many tokens per step.

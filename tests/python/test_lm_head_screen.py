@@ -102,3 +102,41 @@ def test_smollm2_tokens_equal_the_whole_lm_head(smollm2_dir: Path, single_thread
         for cfg in (None, "auto"):
             out = screened.generate(ids, max_new_tokens=128, lookahead=cfg).token_ids
             assert_identical(out, reference, f"SmolLM2 {dtype} {name} lookahead {cfg}")
+
+
+@pytest.mark.parametrize("screen", [True, False], ids=["screen", "whole"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_lookahead_skips_the_lm_head_of_rows_it_cannot_read(tiny_model_factory, dtype: str, screen: bool) -> None:
+    # A lookahead step computes the lm_head of row 0 and the window's rows, then of the subtree of the draft
+    # that row 0's choice matched (lookahead/row_reads.h): the rows of rejected drafts are never read, so they
+    # are skipped, and the tokens stay greedy's.
+    path = tiny_model_factory("llama", seed=3)
+    session = Session(Model(path, dtype=dtype, linear_kernel="generic", lm_head_screen=screen))
+    prompt = [5, 17, 3, 9, 11] * 4
+    reference = session.generate(prompt, max_new_tokens=40)
+    assert reference.stats.skipped_head_rows == 0
+    for cfg in (
+        LookaheadConfig(window_size=0, ngram_size=4, verification_set_size=4),
+        LookaheadConfig(window_size=4, ngram_size=4, verification_set_size=4),
+    ):
+        out = session.generate(prompt, max_new_tokens=40, lookahead=cfg)
+        assert_identical(out.token_ids, reference.token_ids, f"{dtype} screen={screen} {cfg}")
+        assert out.stats.skipped_head_rows > 0, cfg
+    # With token recycling the skipped rows give no successors; the computed rows' do.
+    recycle = LookaheadConfig(window_size=0, ngram_size=4, verification_set_size=4, tree_rows=8, recycle_top_k=4)
+    out = session.generate(prompt, max_new_tokens=40, lookahead=recycle)
+    assert_identical(out.token_ids, reference.token_ids, f"{dtype} screen={screen} recycling")
+    assert out.stats.skipped_head_rows > 0
+
+
+def test_padded_steps_compute_every_row(tiny_model_factory) -> None:
+    # aten's GEMMs are not row-invariant below 2-4 rows, so a row's lm_head must run in the step's own batch.
+    path = tiny_model_factory("llama", seed=3)
+    session = Session(Model(path, dtype="float32", linear_kernel="aten"))
+    prompt = [5, 17, 3, 9, 11] * 4
+    reference = session.generate(prompt, max_new_tokens=40).token_ids
+    out = session.generate(
+        prompt, max_new_tokens=40, lookahead=LookaheadConfig(window_size=0, ngram_size=4, verification_set_size=4)
+    )
+    assert_identical(out.token_ids, reference, "aten")
+    assert out.stats.skipped_head_rows == 0

@@ -94,6 +94,10 @@ struct GenerationStats {
     int64_t pool_size = 0;             // n-grams in the pool at the end (0 for greedy)
     std::vector<double> step_times_s;  // wall time of each step after prefill; size == steps
     int64_t lookahead_steps = 0;       // steps that ran lookahead (the rest were greedy steps)
+    // Out rows of lookahead steps whose lm_head was skipped: their drafts' prefixes were rejected,
+    // so verification could not read them (lookahead/row_reads.h). 0 where every row is computed:
+    // sampling, CUDA, kernels that need padded steps.
+    int64_t skipped_head_rows = 0;
     // Automatic lookahead only: each configuration switch, in step order (empty otherwise).
     std::vector<AutoDecision> auto_decisions;
     // CUDA: graphs the Session holds after the call (one per step shape; 0 without graphs or on

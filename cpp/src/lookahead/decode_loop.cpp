@@ -176,7 +176,7 @@ class DecodeRun {
         }
         const std::vector<TokenId> tokens(request_.prompt.begin() + reused, request_.prompt.end());
         model_.forward_step(tokens, positions_, nullptr, {static_cast<int32_t>(fresh - 1)},
-                            /*exact_rows=*/{}, &argmax_, sampler());
+                            /*exact_rows=*/{}, /*out_parent=*/{}, &argmax_, sampler());
         model_.commit(rows);
         stats.prefill_s = now_() - start;
         PYLA_CHECK(argmax_.size() == 1, "prefill returned " << argmax_.size() << " argmax rows");
@@ -226,7 +226,8 @@ class DecodeRun {
         positions_.resize(t);
         for (int i = 0; i < t; ++i) positions_[i] = p + plan.offsets[i];
         model_.forward_step(plan.tokens, positions_, plan.mask.data(), plan.out_rows,
-                            plan.exact_rows, &argmax_, sampler());
+                            plan.exact_rows, plan.out_parent, &argmax_, sampler());
+        stats.skipped_head_rows += std::count(argmax_.begin(), argmax_.end(), TokenId{-1});
         const StepOutcome outcome = algo_->update(
             argmax_, successors_k_ > 0 ? &model_.successors() : nullptr, successors_k_);
         const int kept = emit(outcome.emitted);
@@ -251,7 +252,8 @@ class DecodeRun {
     }
 
     int greedy_step(TokenId x, int32_t p) {
-        model_.forward_step({x}, {p}, nullptr, {0}, /*exact_rows=*/{0}, &argmax_, sampler());
+        model_.forward_step({x}, {p}, nullptr, {0}, /*exact_rows=*/{0}, /*out_parent=*/{}, &argmax_,
+                            sampler());
         PYLA_CHECK(argmax_.size() == 1, "greedy step returned " << argmax_.size() << " rows");
         const int kept = emit({argmax_[0]});
         model_.commit(kept > 0 ? std::vector<int32_t>{0} : std::vector<int32_t>{});
@@ -362,7 +364,7 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
         rows[i] = i;
     }
     std::vector<TokenId> argmax;
-    model.forward_step(tokens, positions, nullptr, {context - 1}, {}, &argmax, nullptr);
+    model.forward_step(tokens, positions, nullptr, {context - 1}, {}, {}, &argmax, nullptr);
     model.commit(rows);
 
     // One step of each point, prepared once: its layout and dummy tokens.
@@ -404,7 +406,7 @@ std::vector<StepCost> calibrate_step_costs(StepModel& model, const CalibrationOp
             const uint8_t* mask = st.tokens > 1 ? st.layout.mask.data() : nullptr;
             const double t0 = now();
             model.forward_step(st.ids, st.positions, mask, st.layout.out_rows, st.layout.exact_rows,
-                               &argmax, nullptr);
+                               /*out_parent=*/{}, &argmax, nullptr);
             return now() - t0;
         };
         std::vector<double> greedy_times;

@@ -35,14 +35,19 @@ class StepModel {
     //                    the verification candidates), ascending. A model must compute these
     //                    exactly as a one-row step at the same position would (bit for bit), so
     //                    that lookahead output equals greedy output; other rows are free.
+    // out_parent [R] or empty: which out rows the caller reads (lookahead/row_reads.h); a model
+    //                    may skip the rows it shows are not read and return -1 for them. Empty:
+    //                    every row is read.
     // argmax    [R]      out: the token chosen for each row in out_rows: the argmax over the
     //                    vocabulary, or with `sampler` sampler->sample(row logits as fp32, V,
-    //                    positions[row] + 1), the position of the token the row predicts
+    //                    positions[row] + 1), the position of the token the row predicts; -1
+    //                    for a skipped row
     // sampler            nullptr = argmax
     virtual void forward_step(const std::vector<TokenId>& tokens,
                               const std::vector<int32_t>& positions, const uint8_t* mask,
                               const std::vector<int32_t>& out_rows,
-                              const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                              const std::vector<int32_t>& exact_rows,
+                              const std::vector<int32_t>& out_parent, std::vector<TokenId>* argmax,
                               TokenSampler* sampler) = 0;
 
     // Keeps step rows src_rows[0..n) (ascending, src_rows[i] >= i) as committed rows
@@ -68,7 +73,8 @@ class StepModel {
         (void)k;
         return 0;
     }
-    // [R * k] of the last such forward_step (R out rows, k of set_successors).
+    // [R * k] of the last such forward_step (R out rows, k of set_successors); -1 entries for
+    // a row the model skipped (out_parent).
     virtual const std::vector<TokenId>& successors() const {
         static const std::vector<TokenId> kNone;
         return kNone;

@@ -171,8 +171,9 @@ StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax,
         }
     }
     if (recycle_ && successors != nullptr && successors_k == recycle_->top_k()) {
-        // Every real out row's successors; rows whose context is the true text (x, then the
-        // accepted path) last, so that they win over draft rows holding the same token.
+        // Every real out row's successors (but a row the model skipped: argmax -1, no
+        // successors); rows whose context is the true text (x, then the accepted path) last, so
+        // that they win over draft rows holding the same token.
         PYLA_CHECK(successors->size() == argmax.size() * successors_k, "successors size");
         const int real_rows = plan.tree_begin + static_cast<int>(nodes.size());
         row_tokens_.clear();
@@ -186,7 +187,9 @@ StepOutcome LookaheadAlgorithm::update(const std::vector<TokenId>& argmax,
         late[0] = 1;
         for (int32_t v : verdict.path) late[plan.out_tree + v] = 1;
         for (size_t i = 1; i < plan.out_rows.size(); ++i) {
-            if (!late[i] && plan.out_rows[i] < real_rows) add_row(static_cast<int>(i));
+            if (!late[i] && plan.out_rows[i] < real_rows && argmax[i] >= 0) {
+                add_row(static_cast<int>(i));
+            }
         }
         add_row(0);
         for (int32_t v : verdict.path) add_row(plan.out_tree + v);

@@ -45,8 +45,13 @@ void build_step_plan(const StepLayout& window, const std::vector<TokenId>& cells
     plan->out_rows.assign(window.out_rows.begin(), window.out_rows.end());
     plan->out_last_level = window.out_last_level;
     plan->out_tree = static_cast<int>(plan->out_rows.size());
+    PYLA_CHECK(!plan->out_rows.empty() && plan->out_rows[0] == 0, "step plan: row 0 not out");
+    plan->out_parent.assign(plan->out_rows.size(), -1);
     plan->exact_rows.assign(1, 0);
     for (int row = wb; row < T; ++row) {
+        const int i = row - wb;
+        const int32_t parent = i < n ? plan->nodes[i].parent : -1;
+        plan->out_parent.push_back(parent < 0 ? 0 : plan->out_tree + parent);
         plan->out_rows.push_back(row);
         plan->exact_rows.push_back(row);
     }

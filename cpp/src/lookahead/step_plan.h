@@ -40,6 +40,9 @@ struct StepPlan {
     std::vector<int32_t> out_rows;    // ascending: the window's (row 0, last level), then every
                                       // tree and padding row
     std::vector<int32_t> exact_rows;  // row 0, then every tree and padding row
+    std::vector<int32_t> out_parent;  // [R] per out row: -1 (row 0, window rows: always read)
+                                      // or the out row of its node's parent (row 0 for the
+                                      // root's children; padding rows too): row_reads.h
     int out_last_level = 0;           // index in out_rows of last-level column 0 (as StepLayout)
     int out_tree = 0;                 // index in out_rows of the first tree row
     int tree_begin = 0;               // row of tree node 0

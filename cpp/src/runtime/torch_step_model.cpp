@@ -11,6 +11,7 @@
 #endif
 
 #include "check.h"
+#include "lookahead/row_reads.h"
 #include "pylookahead/errors.h"
 #include "runtime/device_sampler.h"
 
@@ -90,6 +91,7 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
                                   const std::vector<int32_t>& positions, const uint8_t* mask,
                                   const std::vector<int32_t>& out_rows,
                                   const std::vector<int32_t>& exact_rows,
+                                  const std::vector<int32_t>& out_parent,
                                   std::vector<TokenId>* argmax, TokenSampler* sampler) {
 #if PYLA_WITH_OPENMP
     if (govern_threads_ && !exact_rows.empty() && model_.device().is_cpu()) {
@@ -105,7 +107,7 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         } restore{full};
         omp_set_num_threads(threads);
         const auto t0 = std::chrono::steady_clock::now();
-        run_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
+        run_step(tokens, positions, mask, out_rows, exact_rows, out_parent, argmax, sampler);
         governor_.record(
             static_cast<int>(tokens.size()),
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
@@ -116,7 +118,7 @@ void TorchStepModel::forward_step(const std::vector<TokenId>& tokens,
         run_device_step(tokens, positions, mask, out_rows, argmax, sampler);
         return;
     }
-    run_step(tokens, positions, mask, out_rows, exact_rows, argmax, sampler);
+    run_step(tokens, positions, mask, out_rows, exact_rows, out_parent, argmax, sampler);
 }
 
 void TorchStepModel::run_device_step(const std::vector<TokenId>& tokens,
@@ -149,7 +151,8 @@ void TorchStepModel::run_device_step(const std::vector<TokenId>& tokens,
 void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
                               const std::vector<int32_t>& positions, const uint8_t* mask,
                               const std::vector<int32_t>& out_rows,
-                              const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                              const std::vector<int32_t>& exact_rows,
+                              const std::vector<int32_t>& out_parent, std::vector<TokenId>* argmax,
                               TokenSampler* sampler) {
     PYLA_CHECK(!tokens.empty() && positions.size() == tokens.size(), "bad step shapes");
     if (!exact_rows.empty() && static_cast<int>(tokens.size()) < min_decode_rows_) {
@@ -169,7 +172,8 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
             ptokens.push_back(tokens[0]);
             ppositions.push_back(positions[0]);
         }
-        run_step(ptokens, ppositions, pmask.data(), out_rows, exact_rows, argmax, sampler);
+        run_step(ptokens, ppositions, pmask.data(), out_rows, exact_rows, out_parent, argmax,
+                 sampler);
         pending_rows_ = static_cast<int>(t0);
         return;
     }
@@ -202,16 +206,25 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
     const at::Tensor hidden = model_.forward_hidden(in.tokens, in.positions, full_mask, kv_,
                                                     kv_len_, in.out_rows, row_invariant, mask);
     pending_rows_ = static_cast<int>(t);
+    std::vector<bool> need(out_rows.size(), exact_rows.empty());
+    for (size_t i = 0, j = 0; i < out_rows.size() && !exact_rows.empty(); ++i) {
+        while (j < exact_rows.size() && exact_rows[j] < out_rows[i]) ++j;
+        need[i] = j < exact_rows.size() && exact_rows[j] == out_rows[i];
+    }
+    const bool successors = successors_k_ > 0 && row_invariant;
+    if (sampler == nullptr && !out_parent.empty() && min_decode_rows_ == 1) {
+        // Only the rows verification reads (and their successors alone, when recycling).
+        PYLA_CHECK(out_parent.size() == out_rows.size(),
+                   "out_parent has " << out_parent.size() << " rows, out_rows " << out_rows.size());
+        row_token_.resize(out_rows.size());
+        for (size_t i = 0; i < out_rows.size(); ++i) row_token_[i] = tokens[out_rows[i]];
+        choose_read_rows(hidden, need, row_token_, out_parent, argmax);
+        return;
+    }
     if (sampler == nullptr && model_.lm_head_screen()) {
         // Greedy choices through the lm_head screen: for exact rows (every row of a prefill) the
         // same ids as the argmax below; for the others (free by contract: window rows) the argmax
         // of its approximations. Recycled successors, drafts only, from the approximations too.
-        std::vector<bool> need(out_rows.size(), exact_rows.empty());
-        for (size_t i = 0, j = 0; i < out_rows.size() && !exact_rows.empty(); ++i) {
-            while (j < exact_rows.size() && exact_rows[j] < out_rows[i]) ++j;
-            need[i] = j < exact_rows.size() && exact_rows[j] == out_rows[i];
-        }
-        const bool successors = successors_k_ > 0 && row_invariant;
         at::Tensor approx;
         *argmax = model_.lm_head_argmax(hidden, need, successors ? &approx : nullptr);
         if (successors) {
@@ -255,6 +268,50 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
     // The only device-to-host copy of the step: R int32 ids.
     at::Tensor ids = scores.argmax(-1).to(at::kInt).cpu().contiguous();
     argmax->assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+}
+
+void TorchStepModel::choose_read_rows(const at::Tensor& hidden, const std::vector<bool>& need,
+                                      const std::vector<TokenId>& row_token,
+                                      const std::vector<int32_t>& out_parent,
+                                      std::vector<TokenId>* argmax) {
+    const size_t n = out_parent.size();
+    const int k = successors_k_;
+    argmax->assign(n, -1);
+    std::vector<TokenId> successors(k > 0 ? n * k : 0, -1);  // [R * k], -1 for skipped rows
+    auto pass = [&](const std::vector<int32_t>& rows) {
+        if (rows.empty()) return;
+        std::vector<int64_t> idx(rows.begin(), rows.end());
+        const at::Tensor h = hidden.index_select(
+            0, at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(hidden.device()));
+        const int m = static_cast<int>(rows.size());
+        std::vector<TokenId> ids;
+        if (model_.lm_head_screen()) {
+            std::vector<bool> sub(m);
+            for (int i = 0; i < m; ++i) sub[i] = need[rows[i]];
+            at::Tensor approx;
+            ids = model_.lm_head_argmax(h, sub, k > 0 ? &approx : nullptr);
+            std::vector<TokenId> unused;  // the screen's choices stand
+            if (k > 0) top_k_rows(approx, m, &unused);
+        } else if (k > 0) {
+            top_k_rows(model_.lm_head_logits(h).to(at::kFloat), m, &ids);
+        } else {
+            const at::Tensor best =
+                model_.lm_head_logits(h).to(at::kFloat).argmax(-1).to(at::kInt).cpu().contiguous();
+            ids.assign(best.data_ptr<int32_t>(), best.data_ptr<int32_t>() + best.numel());
+        }
+        for (int i = 0; i < m; ++i) {
+            (*argmax)[rows[i]] = ids[i];
+            if (k > 0) {
+                std::copy_n(successors_.begin() + static_cast<size_t>(i) * k, k,
+                            successors.begin() + static_cast<size_t>(rows[i]) * k);
+            }
+        }
+    };
+    first_pass_rows(out_parent, &pass_rows_);
+    pass(pass_rows_);
+    second_pass_rows(out_parent, row_token, *argmax, &pass_rows_);
+    pass(pass_rows_);
+    if (k > 0) successors_ = std::move(successors);
 }
 
 void TorchStepModel::top_k_rows(const at::Tensor& scores, int rows, std::vector<TokenId>* argmax) {

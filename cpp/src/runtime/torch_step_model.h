@@ -32,7 +32,8 @@ class TorchStepModel : public StepModel {
     // thread's OpenMP count or 1; the thread's own setting is restored after each step).
     void forward_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                       const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                      const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
+                      const std::vector<int32_t>& exact_rows,
+                      const std::vector<int32_t>& out_parent, std::vector<TokenId>* argmax,
                       TokenSampler* sampler) override;
     // false: every step runs on the calling thread's own count (while calibrating step costs).
     void set_govern_threads(bool on) { govern_threads_ = on; }
@@ -67,8 +68,16 @@ class TorchStepModel : public StepModel {
                          std::vector<TokenId>* argmax, TokenSampler* sampler);
     void run_step(const std::vector<TokenId>& tokens, const std::vector<int32_t>& positions,
                   const uint8_t* mask, const std::vector<int32_t>& out_rows,
-                  const std::vector<int32_t>& exact_rows, std::vector<TokenId>* argmax,
-                  TokenSampler* sampler);
+                  const std::vector<int32_t>& exact_rows, const std::vector<int32_t>& out_parent,
+                  std::vector<TokenId>* argmax, TokenSampler* sampler);
+    // The greedy choices of the out rows that are read (out_parent: lookahead/row_reads.h), in
+    // two lm_head passes; -1 for the others. hidden [R, hidden] (final norm applied); need [R]:
+    // the exact rows (the screen's rule). Each row's choice is the one a pass over all rows
+    // gives: the lm_head kernel is row-invariant (min_decode_rows_ == 1). With successors on,
+    // successors_ holds the computed rows' top k and -1 for the skipped rows'.
+    void choose_read_rows(const at::Tensor& hidden, const std::vector<bool>& need,
+                          const std::vector<TokenId>& row_token,
+                          const std::vector<int32_t>& out_parent, std::vector<TokenId>* argmax);
     // Successors (set_successors): the top k of each row of scores ([R, V] fp32), and from them
     // the exact argmax of each row, without a second pass over the vocabulary.
     void top_k_rows(const at::Tensor& scores, int rows, std::vector<TokenId>* argmax);
@@ -105,6 +114,8 @@ class TorchStepModel : public StepModel {
     bool govern_threads_ = true;
     int successors_k_ = 0;
     std::vector<TokenId> successors_;  // [R * k] of the last decode step
+    std::vector<TokenId> row_token_;   // choose_read_rows scratch: [R] tokens of the out rows
+    std::vector<int32_t> pass_rows_;   // and the rows of one lm_head pass
 };
 
 }  // namespace pylookahead
