@@ -96,7 +96,7 @@ struct GenerationStats {
     int64_t lookahead_steps = 0;       // steps that ran lookahead (the rest were greedy steps)
     // Out rows of lookahead steps whose lm_head was skipped: their drafts' prefixes were rejected,
     // so verification could not read them (lookahead/row_reads.h). 0 where every row is computed:
-    // sampling, CUDA, kernels that need padded steps.
+    // sampling, token recycling, CUDA, kernels that need padded steps.
     int64_t skipped_head_rows = 0;
     // Automatic lookahead only: each configuration switch, in step order (empty otherwise).
     std::vector<AutoDecision> auto_decisions;

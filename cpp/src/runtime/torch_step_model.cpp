@@ -212,8 +212,9 @@ void TorchStepModel::run_step(const std::vector<TokenId>& tokens,
         need[i] = j < exact_rows.size() && exact_rows[j] == out_rows[i];
     }
     const bool successors = successors_k_ > 0 && row_invariant;
-    if (sampler == nullptr && !out_parent.empty() && min_decode_rows_ == 1) {
-        // Only the rows verification reads (and their successors alone, when recycling).
+    if (sampler == nullptr && !successors && !out_parent.empty() && min_decode_rows_ == 1) {
+        // Only the rows verification reads. (Recycling learns from every row's top k, those of
+        // rejected drafts included: it keeps the single pass.)
         PYLA_CHECK(out_parent.size() == out_rows.size(),
                    "out_parent has " << out_parent.size() << " rows, out_rows " << out_rows.size());
         row_token_.resize(out_rows.size());
@@ -274,44 +275,28 @@ void TorchStepModel::choose_read_rows(const at::Tensor& hidden, const std::vecto
                                       const std::vector<TokenId>& row_token,
                                       const std::vector<int32_t>& out_parent,
                                       std::vector<TokenId>* argmax) {
-    const size_t n = out_parent.size();
-    const int k = successors_k_;
-    argmax->assign(n, -1);
-    std::vector<TokenId> successors(k > 0 ? n * k : 0, -1);  // [R * k], -1 for skipped rows
+    argmax->assign(out_parent.size(), -1);
     auto pass = [&](const std::vector<int32_t>& rows) {
         if (rows.empty()) return;
         std::vector<int64_t> idx(rows.begin(), rows.end());
         const at::Tensor h = hidden.index_select(
             0, at::tensor(idx, at::TensorOptions().dtype(at::kLong)).to(hidden.device()));
-        const int m = static_cast<int>(rows.size());
         std::vector<TokenId> ids;
         if (model_.lm_head_screen()) {
-            std::vector<bool> sub(m);
-            for (int i = 0; i < m; ++i) sub[i] = need[rows[i]];
-            at::Tensor approx;
-            ids = model_.lm_head_argmax(h, sub, k > 0 ? &approx : nullptr);
-            std::vector<TokenId> unused;  // the screen's choices stand
-            if (k > 0) top_k_rows(approx, m, &unused);
-        } else if (k > 0) {
-            top_k_rows(model_.lm_head_logits(h).to(at::kFloat), m, &ids);
+            std::vector<bool> sub(rows.size());
+            for (size_t i = 0; i < rows.size(); ++i) sub[i] = need[rows[i]];
+            ids = model_.lm_head_argmax(h, sub, nullptr);
         } else {
             const at::Tensor best =
                 model_.lm_head_logits(h).to(at::kFloat).argmax(-1).to(at::kInt).cpu().contiguous();
             ids.assign(best.data_ptr<int32_t>(), best.data_ptr<int32_t>() + best.numel());
         }
-        for (int i = 0; i < m; ++i) {
-            (*argmax)[rows[i]] = ids[i];
-            if (k > 0) {
-                std::copy_n(successors_.begin() + static_cast<size_t>(i) * k, k,
-                            successors.begin() + static_cast<size_t>(rows[i]) * k);
-            }
-        }
+        for (size_t i = 0; i < rows.size(); ++i) (*argmax)[rows[i]] = ids[i];
     };
     first_pass_rows(out_parent, &pass_rows_);
     pass(pass_rows_);
     second_pass_rows(out_parent, row_token, *argmax, &pass_rows_);
     pass(pass_rows_);
-    if (k > 0) successors_ = std::move(successors);
 }
 
 void TorchStepModel::top_k_rows(const at::Tensor& scores, int rows, std::vector<TokenId>* argmax) {

@@ -73,8 +73,7 @@ class TorchStepModel : public StepModel {
     // The greedy choices of the out rows that are read (out_parent: lookahead/row_reads.h), in
     // two lm_head passes; -1 for the others. hidden [R, hidden] (final norm applied); need [R]:
     // the exact rows (the screen's rule). Each row's choice is the one a pass over all rows
-    // gives: the lm_head kernel is row-invariant (min_decode_rows_ == 1). With successors on,
-    // successors_ holds the computed rows' top k and -1 for the skipped rows'.
+    // gives: the lm_head kernel is row-invariant (min_decode_rows_ == 1). Not with successors.
     void choose_read_rows(const at::Tensor& hidden, const std::vector<bool>& need,
                           const std::vector<TokenId>& row_token,
                           const std::vector<int32_t>& out_parent, std::vector<TokenId>* argmax);
