@@ -164,8 +164,8 @@ PYLA_TILE_TARGET inline __attribute__((always_inline)) void load_q4(const unsign
 #undef PYLA_TILE_TARGET
 }  // namespace avx2
 
-// ---- avx512: the avx2 path's operations on 16 lanes (one quantized block per vector), for the
-// quantized formats; VFMADD231PS per lane is the same IEEE operation at either width.
+// ---- avx512: the avx2 path's operations on 16 lanes (a quantized block, or a pair of float
+// blocks, per vector); VFMADD231PS per lane is the same IEEE operation at either width.
 // (GCC 12 warns of `__Y` in its own AVX-512 headers: _mm512_undefined_* read as uninitialized.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -192,6 +192,7 @@ PYLA_TILE_TARGET inline __attribute__((always_inline)) void load_q4(const unsign
     *lo = (V)_mm512_cvtepi32_ps(_mm512_and_si512(q, _mm512_set1_epi32(0xf)));
     *hi = (V)_mm512_cvtepi32_ps(_mm512_srli_epi32(q, 4));
 }
+#include "kernels/fma_linear_pair_tiles.inc"
 #include "kernels/fma_linear_qtiles.inc"
 #undef PYLA_TILE_TARGET
 }  // namespace avx512
@@ -229,9 +230,13 @@ void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t
                                       n);
     }
 #if PYLA_HAVE_AVX2_PATH
-    if (path == CpuIsa::kAvx512 && is_quantized(format)) {
-        return avx512::run_quantized(format, x, rows, x_stride, k, packed, b0, b1, bias, y,
-                                     y_stride, n);
+    if (path == CpuIsa::kAvx512) {
+        if (is_quantized(format)) {
+            return avx512::run_quantized(format, x, rows, x_stride, k, packed, b0, b1, bias, y,
+                                         y_stride, n);
+        }
+        return avx512::run_float(format, x, rows, x_stride, k, packed, b0, b1, bias, y, y_stride,
+                                 n);
     }
     if (path >= CpuIsa::kAvx2) {
         return avx2::run(format, x, rows, x_stride, k, packed, b0, b1, bias, y, y_stride, n);

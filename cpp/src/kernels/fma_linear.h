@@ -5,9 +5,9 @@
 // Why: a decode step has few rows (1 for greedy, 2-16 for lookahead), where a linear layer is a
 // stream over its weights; library GEMMs round a row differently at different row counts (so
 // steps need a padding row), and oneDNN's bf16 path refuses CPUs without AVX-512. This kernel
-// reads each weight once for up to 6 rows (more re-read it from cache) in the weights' own
-// width (bf16/fp16 weights are widened to fp32 in registers: half the bytes of fp32; quantized
-// values are widened there and scaled once per group).
+// reads each weight once for up to 6 rows (12 on the avx512 path; more re-read it from cache) in
+// the weights' own width (bf16/fp16 weights are widened to fp32 in registers: half the bytes of
+// fp32; quantized values are widened there and scaled once per group).
 //
 // Exactness: every output element is one fixed sequence, whatever the row count, tile, column
 // range or thread:  acc = 0; for k ascending: acc = acc + x[r][k] * w[c][k];  y = acc (+ bias[c]),
@@ -19,8 +19,8 @@
 // nibbles of a byte),
 // and xsum the group's x[r][k] summed left to right (plain adds), so each weight costs one
 // conversion and one multiply-add, and the scales one per group. Rows therefore get the same bits
-// at 1 row as at 100. The avx512 path runs the avx2 path's sequence on 16 lanes (quantized
-// weights; float weights take the avx2 tiles), so the two give the same bits; the generic path
+// at 1 row as at 100. The avx512 path runs the avx2 path's sequence on 16 lanes (a quantized
+// block, or a pair of float blocks, per vector), so the two give the same bits; the generic path
 // differs from both, so one process uses one kind for every step.
 #pragma once
 
@@ -62,7 +62,8 @@ bool fma_linear_reads(CpuIsa path, WeightFormat format);
 //   bias      [n] fp32, or null
 //   y         [rows, n] fp32, row r at y + r * y_stride; only columns < n are written
 // Cost: rows * k * (b1 - b0) * fma_linear_block_cols(format) multiply-adds; reads the blocks'
-// weights once per 6 rows (kQ4 from 13 rows on the 8-lane paths: once per 32).
+// weights once per 6 rows (float formats on the avx512 path: 12; kQ4 from 13 rows on the 8-lane
+// paths: once per 32).
 void fma_linear_blocks(CpuIsa path, WeightFormat format, const float* x, int64_t rows,
                        int64_t x_stride, int64_t k, const void* packed, int64_t b0, int64_t b1,
                        const float* bias, float* y, int64_t y_stride, int64_t n);
