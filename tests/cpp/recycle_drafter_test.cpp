@@ -1,5 +1,6 @@
-// Token recycling: the successor table, the tree a lookup grows from it, and the table's life on
-// the SharedPool (kept with the pool, emptied with it).
+// Token recycling: the successor table, the tree a lookup grows from it (from the root and from
+// the other sources' drafts), and the table's life on the SharedPool (kept with the pool, emptied
+// with it).
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -46,9 +47,9 @@ void PrintTo(const Proposal& p, std::ostream* os) {
     *os << "{token " << p.token << ", parent " << p.parent_token << ", rank " << p.rank << "}";
 }
 
-std::vector<Proposal> propose(RecycleDrafter* d, TokenId x, int budget) {
+// The tree after d proposes into `tree` (which may hold other sources' proposals already).
+std::vector<Proposal> propose(RecycleDrafter* d, TokenId x, int budget, TokenTree tree = {}) {
     DraftScorer scorer;  // no verdicts: the priors, 0.4 / (1 + rank)
-    TokenTree tree;
     DraftContext ctx;
     ctx.x = x;
     ctx.budget = budget;
@@ -80,6 +81,22 @@ TEST(RecycleDrafter, GrowsTheTreeBestFirstUnderTheBudget) {
     feed(&d, {5, 7}, {7, 8, 11, 12});
     // Scores: 7 0.4, 8 0.2, 7->11 0.16, 7->12 0.08: the best three.
     EXPECT_EQ(propose(&d, 5, 3), (std::vector<Proposal>{{7, -1, 0}, {8, -1, 1}, {11, 7, 0}}));
+}
+
+TEST(RecycleDrafter, ContinuesTheOtherSourcesDrafts) {
+    SharedPool pool;
+    pool.start_run(2, 4, /*keep=*/false);
+    RecycleDrafter d(&pool, 2);
+    d.start();
+    feed(&d, {5, 21}, {7, 8, 30, 31});
+    // A suffix draft 20, 21 under the root, proposed before recycling.
+    TokenTree tree;
+    const int n20 = tree.add(TokenTree::kRoot, 20, 0.9, DraftSource::kSuffix, 0);
+    tree.add(n20, 21, 0.8, DraftSource::kSuffix, 0);
+    // Candidates: 7 0.4 and 8 0.2 under the root; 30 0.8 * 0.4 = 0.32 and 31 0.16 under 21 (the
+    // successors of the draft's last token). The best two join the tree.
+    EXPECT_EQ(propose(&d, 5, 2, tree),
+              (std::vector<Proposal>{{20, -1, 0}, {21, 20, 0}, {7, -1, 0}, {30, 21, 0}}));
 }
 
 int64_t known(SharedPool* pool) {

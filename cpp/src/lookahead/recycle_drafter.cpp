@@ -34,12 +34,22 @@ void RecycleDrafter::propose(const DraftContext& ctx, TokenTree* tree) {
             }
         };
         push_children(ctx.x, TokenTree::kRoot, 1, 1.0);
+        // The other sources' nodes (proposed before this one) continue with their tokens'
+        // successors too: a suffix or pool draft ends where its match ends, and the model's own
+        // successors of its last token are the best guess past it.
+        const int proposed = tree->size();
+        for (int i = 0; i < proposed; ++i) {
+            const TreeNode& n = tree->node(i);
+            push_children(n.token, i, n.depth + 1, tree->score(i));
+        }
         for (int added = 0; added < ctx.budget && !heap_.empty(); ++added) {
             std::pop_heap(heap_.begin(), heap_.end());
             const Frontier f = heap_.back();
             heap_.pop_back();
+            const int before = tree->size();
             const int node = tree->add(f.parent, f.token, f.score, DraftSource::kRecycle, f.rank);
-            push_children(f.token, node, f.depth + 1, f.score);
+            // A node already in the tree had its successors pushed when it was added.
+            if (node >= before) push_children(f.token, node, f.depth + 1, f.score);
         }
     });
 }

@@ -2,12 +2,14 @@
 // tokens the model predicted at the last row that held it, kept in the SharedPool's
 // SuccessorTable, which every step updates from the logits it computed anyway
 // (StepModel::set_successors); the table lives as long as the pool's n-grams (fresh per
-// generation, or kept across generations with GenerationConfig::keep_pool). A lookup grows a
-// tree from x best-first: the highest-scoring frontier token is added, then its own successors
-// become frontier tokens (score = parent score * DraftScorer rate at (depth, rank)), until the
-// budget is spent.
+// generation, or kept across generations with GenerationConfig::keep_pool). A lookup grows the
+// tree best-first from x and from every node already in it (the other sources' proposals, which
+// propose first): the highest-scoring frontier token is added, then its own successors become
+// frontier tokens (score = parent score * DraftScorer rate at (depth, rank)), until `budget`
+// tokens are added.
 //
-// Cost per lookup: O(budget * k * log(budget * k)) under the pool's lock; per step O(rows * k).
+// Cost per lookup: O((nodes + budget) * k * log((nodes + budget) * k)) under the pool's lock, nodes
+// the tree's size before it; per step O(rows * k).
 #pragma once
 
 #include <cstdint>
