@@ -34,9 +34,10 @@ void RecycleDrafter::propose(const DraftContext& ctx, TokenTree* tree) {
             }
         };
         push_children(ctx.x, TokenTree::kRoot, 1, 1.0);
-        // The other sources' nodes (proposed before this one) continue with their tokens'
-        // successors too: a suffix or pool draft ends where its match ends, and the model's own
-        // successors of its last token are the best guess past it.
+        // Every node the other sources proposed (before this one) gets its token's successors
+        // as candidates too, in the same frontier: past a draft's last token they continue it (a
+        // suffix or pool draft ends where its match ends), at an inner node they stand beside
+        // the draft's own next token.
         const int proposed = tree->size();
         for (int i = 0; i < proposed; ++i) {
             const TreeNode& n = tree->node(i);
