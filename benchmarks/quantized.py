@@ -1,4 +1,4 @@
-"""Quantized weights side by side: the engine in bf16, int8, int4, w8a8 and the GGUF's own formats, greedy and `auto`,
+"""Quantized weights side by side: the engine in bf16, int8, int8-g32, int4, w8a8 and the GGUF's own formats, greedy and `auto`,
 against llama.cpp (llama-cpp-python) plain and prompt-lookup decoding of the same GGUF, in one process.
 
 Each engine variant is one `Model` (EngineConfig.quantize, docs/design.md "Quantized weights"); llama.cpp loads
@@ -32,7 +32,8 @@ from typing import Any
 
 VARIANTS = {  # name -> (dtype, quantize, source): "checkpoint" = the converted safetensors, "gguf" = the file
     "bf16": ("bfloat16", "none", "checkpoint"),
-    "int8": ("float32", "int8", "checkpoint"),
+    "int8": ("float32", "int8", "checkpoint"),  # one scale per output column
+    "int8-g32": ("float32", "int8-g32", "checkpoint"),  # groups of 32 (GGUF Q8_0's layout)
     "int4": ("float32", "int4", "checkpoint"),
     "w8a8": ("float32", "w8a8", "checkpoint"),
     "gguf": ("float32", "auto", "gguf"),
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         results["llama.cpp-pld"]["prompts"] = len(prompts)
     ratios: dict[str, float] = {}
     if "bf16" in results:
-        for k in ("int8", "int4", "w8a8", "gguf"):
+        for k in ("int8", "int8-g32", "int4", "w8a8", "gguf"):
             if k in results:
                 ratios[f"{k}_greedy_vs_bf16_greedy"] = (
                     results[k]["greedy_tok_s_median"] / results["bf16"]["greedy_tok_s_median"]

@@ -229,9 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--quantize",
         default="auto",
-        choices=["auto", "none", "int8", "int4", "w8a8"],
+        choices=["auto", "none", "int8", "int8-g32", "int4", "w8a8"],
         help="linear-layer formats: the checkpoint's (auto: a GGUF's Q8_0/Q5_0/Q4_0/Q4_1 as they are), "
-        "dtype (none), or quantized at load (int8, int4; w8a8: int8 weights and activations); "
+        "dtype (none), or quantized at load (int8: per output channel; int8-g32: groups of 32 as GGUF Q8_0; int4; "
+        "w8a8: int8-g32 weights and int8 activations); "
         "lookahead stays exact",
     )
     g.add_argument(

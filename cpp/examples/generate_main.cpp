@@ -72,7 +72,7 @@ void print_usage(std::ostream& os) {
        << "  --linear-kernel NAME             auto, bf16-avx512, avx2, onednn, generic or aten "
           "(default "
        << engine.linear_kernel << ")\n"
-       << "  --quantize NAME                  auto, none, int8, int4 or w8a8 (default "
+       << "  --quantize NAME                  auto, none, int8, int8-g32, int4 or w8a8 (default "
        << engine.quantize << ")\n"
        << "  --temperature FLOAT              0 = greedy (default); > 0 samples\n"
        << "  --top-k INT, --top-p FLOAT       sampling filters (default off)\n"

@@ -122,7 +122,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--quantize",
         default="auto",
-        choices=["auto", "none", "int8", "int4", "w8a8"],
+        choices=["auto", "none", "int8", "int8-g32", "int4", "w8a8"],
         help="the engine's linear-layer formats (EngineConfig.quantize; transformers keeps --dtype)",
     )
     p.add_argument("--threads", type=int, default=0, help="CPU threads for every method (0: torch's default)")

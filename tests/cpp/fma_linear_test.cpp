@@ -239,6 +239,15 @@ float model_quant_element(CpuIsa path, WeightFormat format, const float* x,
         return acc + prod;
     };
     float acc = 0.0f;
+    if (format == WeightFormat::kQ8C) {
+        // One chain over k, then the column's scale, then the bias (each rounded).
+        std::vector<int8_t> qc(k);
+        float dc;
+        quant_get_channel(packed, n, k, c, qc.data(), &dc);
+        for (int64_t i = 0; i < k; ++i) acc = madd(acc, x[i], static_cast<float>(qc[i]));
+        volatile float scaled = acc * dc;
+        return bias ? scaled + *bias : scaled;
+    }
     int8_t q[kQuantGroup];
     uint16_t d, m;
     for (int64_t g = 0; g < k / kQuantGroup; ++g) {
@@ -336,17 +345,20 @@ TEST_P(QuantLinear, QuantizationErrorIsWithinTheGroupStep) {
     const std::vector<unsigned char> packed = quantized_problem(format, n, k, 21, &w);
     std::vector<float> wq(n * k);
     quant_unpack(format, packed.data(), n, k, wq.data());
+    // kQ8C scales a whole column: its "group" is the column.
+    const int64_t group = format == WeightFormat::kQ8C ? k : kQuantGroup;
     for (int64_t c = 0; c < n; ++c) {
-        for (int64_t g = 0; g < k / kQuantGroup; ++g) {
-            const float* v = &w[c * k + g * kQuantGroup];
-            const float* vq = &wq[c * k + g * kQuantGroup];
-            const auto [lo, hi] = std::minmax_element(v, v + kQuantGroup);
+        for (int64_t g = 0; g < k / group; ++g) {
+            const float* v = &w[c * k + g * group];
+            const float* vq = &wq[c * k + g * group];
+            const auto [lo, hi] = std::minmax_element(v, v + group);
             const float amax = std::max(std::fabs(*lo), std::fabs(*hi));
             // Step: the group's range over the levels; half a step of rounding, plus the fp16
-            // rounding of the scale (and of kQ4's offset) carried over the levels.
-            const double step = format == WeightFormat::kQ8 ? amax / 127.0 : (*hi - *lo) / 15.0;
+            // rounding of the scale (and of kQ4's offset) carried over the levels (kQ8C: an fp32
+            // scale, and q * d rounded to fp32).
+            const double step = format == WeightFormat::kQ4 ? (*hi - *lo) / 15.0 : amax / 127.0;
             const double bound = 0.5 * step * (1 + 1e-2) + amax * 2e-3 + 1e-30;
-            for (int64_t i = 0; i < kQuantGroup; ++i) {
+            for (int64_t i = 0; i < group; ++i) {
                 ASSERT_LE(std::fabs(static_cast<double>(vq[i]) - v[i]), bound)
                     << "column " << c << " group " << g << " i " << i << ": " << v[i] << " -> "
                     << vq[i];
@@ -356,9 +368,12 @@ TEST_P(QuantLinear, QuantizationErrorIsWithinTheGroupStep) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantLinear,
-                         ::testing::Values(WeightFormat::kQ8, WeightFormat::kQ4),
+                         ::testing::Values(WeightFormat::kQ8, WeightFormat::kQ4,
+                                           WeightFormat::kQ8C),
                          [](const auto& info) {
-                             return info.param == WeightFormat::kQ8 ? "Q8" : "Q4";
+                             return info.param == WeightFormat::kQ8   ? "Q8"
+                                    : info.param == WeightFormat::kQ4 ? "Q4"
+                                                                      : "Q8C";
                          });
 
 TEST(QuantFormat, Fp16ConversionRoundsToNearestEven) {

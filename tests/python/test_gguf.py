@@ -142,7 +142,7 @@ def test_tiny_gguf_dequantized_is_the_reference_checkpoint(tiny_model_factory, t
         assert ours.generate(prompt, max_new_tokens=16).token_ids == ref.generate(prompt, max_new_tokens=16).token_ids
 
 
-KEPT = {Q.Q8_0: "int8", Q.Q5_0: "int8", Q.Q4_0: "int4", Q.Q4_1: "int4"}
+KEPT = {Q.Q8_0: "int8-g32", Q.Q5_0: "int8-g32", Q.Q4_0: "int4", Q.Q4_1: "int4"}
 
 
 @pytest.mark.parametrize("linear_type", list(KEPT), ids=lambda t: t.name)
@@ -158,7 +158,7 @@ def test_tiny_gguf_runs_blocks_as_they_are_and_lookahead_is_exact(tiny_model_fac
     head = "Q8_0" if tied else linear_type.name
     want = {linear_type.name: 8}
     want[head] = want.get(head, 0) + 1
-    kinds = {"Q8_0": "int8", **{t.name: f for t, f in KEPT.items()}}
+    kinds = {"Q8_0": "int8-g32", **{t.name: f for t, f in KEPT.items()}}
     assert sorted(info.weight_notes) == sorted(f"{t}: {n} as they are ({kinds[t]})" for t, n in want.items())
     dense = Session(Model(path, dtype="float32", quantize="none"))
     session = Session(model)
@@ -201,6 +201,10 @@ def test_tiny_gguf_int4_requantizes_only_what_is_not_int4(tiny_model_factory, tm
     assert "Q4_1: 9 as they are (int4)" in notes  # 8 layer weights + the untied lm_head
     notes = list(Model(path, dtype="float32", quantize="int8").info.weight_notes)
     assert "Q4_1: 9 quantized to int8" in notes
+    # int8 (one scale per column) keeps Q8_0 blocks in their own groups of 32 rather than rounding them again.
+    path = write_gguf(tiny_model_factory("llama", seed=41), tmp_path / "tiny8.gguf", Q.Q8_0, Q.Q8_0)
+    notes = list(Model(path, dtype="float32", quantize="int8").info.weight_notes)
+    assert "Q8_0: 9 as they are (int8-g32)" in notes
 
 
 @pytest.mark.parametrize("qtype", [Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q8_0, Q.Q5_1, Q.F16, Q.BF16], ids=lambda t: t.name)
@@ -255,7 +259,7 @@ def test_smollm2_gguf_loads_as_the_converted_checkpoint(smollm2_gguf, smollm2_di
 def test_smollm2_gguf_as_stored_lookahead_equals_greedy(smollm2_gguf) -> None:
     model = Model(smollm2_gguf, dtype="float32")
     assert model.info.quantize == "gguf"
-    assert list(model.info.weight_notes) == ["Q4_1: 120 as they are (int4)", "Q8_0: 1 as they are (int8)"]
+    assert list(model.info.weight_notes) == ["Q4_1: 120 as they are (int4)", "Q8_0: 1 as they are (int8-g32)"]
     assert model.info.weight_bytes < 210 * 2**20  # the fp32 embedding (113 MB) + 4.5-bit layers
     session = Session(model)
     for text in ["def quicksort(arr):", "The three primary colors are"]:

@@ -1,4 +1,5 @@
-"""Quantization at load (`Model(..., quantize="int8" | "int4" | "w8a8")`, docs/design.md "Quantized weights").
+"""Quantization at load (`Model(..., quantize="int8" | "int8-g32" | "int4" | "w8a8")`, docs/design.md "Quantized
+weights").
 
 What is checked, through the public API:
 
@@ -45,10 +46,15 @@ def _round_half_away(x: torch.Tensor) -> torch.Tensor:
 
 
 def dequantized(weight: torch.Tensor, fmt: str) -> torch.Tensor:
-    """The values the engine multiplies by after quantizing `weight` [n, k] (kernels/quant_format.h), in fp32."""
+    """The values the engine multiplies by after quantizing `weight` [n, k] (kernels/quant_format.h), in fp32: int8
+    one fp32 scale per output column (q * d rounded to fp32 once), int8-g32 and int4 an fp16 scale per group of 32."""
     n, k = weight.shape
-    g = weight.float().reshape(n, k // GROUP, GROUP)
     if fmt == "int8":
+        w = weight.float()
+        d = w.abs().amax(-1, keepdim=True) / 127
+        return torch.where(d == 0, torch.zeros_like(w), _round_half_away(w / d)).clamp(-127, 127) * d
+    g = weight.float().reshape(n, k // GROUP, GROUP)
+    if fmt == "int8-g32":
         amax = g.abs().amax(-1, keepdim=True)
         d = (amax / 127).half().float()
         q = torch.where(d == 0, torch.zeros_like(g), _round_half_away(g / d)).clamp(-127, 127)
@@ -92,7 +98,7 @@ def _next_logits(hf: Any, prompt: list[int]):
 
 
 @pytest.mark.parametrize("lm_head", [True, False])
-@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("fmt", ["int8", "int8-g32", "int4"])
 @pytest.mark.parametrize("arch, tied", [("llama", False), ("llama", True), ("qwen2", False), ("mistral", False)])
 def test_tiny_quantized_model_is_the_dequantized_model(tiny_model_factory, arch, tied, fmt, lm_head) -> None:
     model_dir = tiny_model_factory(arch, seed=17, tie_word_embeddings=tied)
@@ -116,7 +122,7 @@ def test_tiny_quantized_model_is_the_dequantized_model(tiny_model_factory, arch,
 
 
 def _cases() -> list[tuple[str, str, str]]:
-    return [(fmt, dtype, kernel) for fmt in ("int8", "int4", "w8a8") for dtype in ("float32", "bfloat16")
+    return [(fmt, dtype, kernel) for fmt in ("int8", "int8-g32", "int4", "w8a8") for dtype in ("float32", "bfloat16")
             for kernel in ("avx2", "generic")]  # fmt: skip
 
 
@@ -146,7 +152,7 @@ _PATHS_CHILD = """
 import json, sys
 from pylookahead import Model, Session
 out = {}
-for fmt in ("int8", "int4"):
+for fmt in ("int8", "int8-g32", "int4"):
     model = Model(sys.argv[1], dtype="float32", quantize=fmt, quantize_lm_head=True)
     logits = Session(model).prompt_logits([int(t) for t in sys.argv[2].split(",")])
     out[fmt] = {"isa": model.info.cpu_isa, "bits": logits.view("uint32").tolist()}
@@ -166,7 +172,7 @@ def test_tiny_quantized_avx512_tiles_give_the_avx2_bits(tiny_model_factory) -> N
     out = {cap: json.loads(proc.stdout) for cap, proc in runs.items()}
     if out["avx512"]["int8"]["isa"] != "avx512":
         pytest.skip(f"this CPU is {out['avx512']['int8']['isa']}: no 16-lane tiles to compare")
-    for fmt in ("int8", "int4"):
+    for fmt in ("int8", "int8-g32", "int4"):
         assert out["avx2"][fmt]["isa"] == "avx2"
         assert out["avx512"][fmt]["bits"] == out["avx2"][fmt]["bits"], fmt
 
@@ -267,20 +273,24 @@ def test_tiny_w8a8_paths_give_the_same_bits(tiny_model_factory) -> None:
 
 def test_tiny_quantized_info(tiny_model_factory) -> None:
     model_dir = tiny_model_factory("llama", seed=3)
-    infos = {fmt: Model(model_dir, dtype="float32", quantize=fmt).info for fmt in (None, "int8", "int4", "w8a8")}
-    assert infos["w8a8"].weight_bytes == infos["int8"].weight_bytes
+    fmts = (None, "int8", "int8-g32", "int4", "w8a8")
+    infos = {fmt: Model(model_dir, dtype="float32", quantize=fmt).info for fmt in fmts}
+    assert infos["w8a8"].weight_bytes == infos["int8-g32"].weight_bytes
     assert list(infos["w8a8"].weight_notes) == ["checkpoint: 9 quantized to w8a8"]
     assert infos[None].quantize == "none" and not infos[None].quantize_lm_head
     assert infos["int8"].linear_kernel in ("avx2", "generic")
-    # Embedding (97 x 64 fp32) and norms stay; the linear layers shrink to 34/128 and 20/128 of fp32.
-    assert infos["int4"].weight_bytes < infos["int8"].weight_bytes < infos[None].weight_bytes
+    # Embedding (97 x 64 fp32) and norms stay; the linear layers shrink to 34/128 (int8-g32: an fp16 scale per 32
+    # inputs), 20/128 (int4) and (32 + 128 / k)/128 of fp32 (int8: an fp32 scale per column of k inputs; k = 64 reads
+    # as many bytes as int8-g32, the MLP's down projection with k = 128 fewer).
+    assert infos["int4"].weight_bytes < infos["int8"].weight_bytes < infos["int8-g32"].weight_bytes
+    assert infos["int8-g32"].weight_bytes < infos[None].weight_bytes
     assert all(info.load_seconds > 0 for info in infos.values())
 
 
 @pytest.mark.parametrize(
     "kwargs, pattern",
     [
-        (dict(quantize="int3"), r"quantize must be one of auto, none, int8, int4, w8a8 \(got 'int3'\)"),
+        (dict(quantize="int3"), r"quantize must be one of auto, none, int8, int8-g32, int4, w8a8 \(got 'int3'\)"),
         (dict(quantize=8), r"quantize must be None or a str \(got 8\)"),
         (dict(quantize="int8", quantize_lm_head="yes"), r"quantize_lm_head must be a bool"),
         (dict(quantize="int8", linear_kernel="aten"), r"linear_kernel 'aten' does not read quantized weights"),

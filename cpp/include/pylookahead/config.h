@@ -142,10 +142,12 @@ struct EngineConfig {
     // Formats of the linear layers (docs/design.md, "Quantized weights"): "auto" (the
     // checkpoint's: dtype for safetensors; for a GGUF file its Q8_0, Q5_0, Q4_0 and Q4_1 weights
     // as they are, other types dequantized to dtype; off the CPU, "none"), "none" (everything in
-    // dtype), "int8" (groups of 32 inputs, int8 values, fp16 scales: as GGUF Q8_0) or "int4"
-    // (groups of 32, 4-bit values, fp16 scale and offset: as GGUF Q4_1), quantized at load (GGUF
-    // weights already in that format kept as they are). Activations, norms and embeddings stay in
-    // dtype. "w8a8": int8's weights, and each linear layer's input quantized to int8 too, per row
+    // dtype), "int8" (int8 values, one fp32 scale per output column: 1 byte per weight),
+    // "int8-g32" (groups of 32 inputs, int8 values, fp16 scales: as GGUF Q8_0, 1.0625 bytes) or
+    // "int4" (groups of 32, 4-bit values, fp16 scale and offset: as GGUF Q4_1), quantized at load
+    // (GGUF weights already in that format kept as they are; for "int8", Q8_0 and Q5_0 blocks are
+    // kept as int8-g32). Activations, norms and embeddings stay in
+    // dtype. "w8a8": int8-g32's weights, and each linear layer's input quantized to int8 too, per row
     // and group of 32 at every call (llama.cpp's Q8_0 rule), for integer dot products
     // (AVX512-VNNI, AVX2): faster, and a little further from the float model. Quantized weights
     // run on the CPU, on the avx2 or generic kernel; lookahead stays exact: it equals greedy

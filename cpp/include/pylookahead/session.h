@@ -50,7 +50,7 @@ struct ModelInfo {
     // Vector ISA level of the engine's own kernels: "avx512bf16", "avx512", "avx2" or "generic"
     // (the CPU's, under any PYLOOKAHEAD_CPU_ISA cap).
     std::string cpu_isa;
-    // Formats of the linear weights: "none" (dtype), "int8", "int4" or "w8a8" (quantized at load, or
+    // Formats of the linear weights: "none" (dtype), "int8", "int8-g32", "int4" or "w8a8" (quantized at load, or
     // GGUF blocks of that format kept), "gguf" (a GGUF file's Q8_0/Q5_0/Q4_0/Q4_1 weights as they are).
     std::string quantize = "none";
     bool quantize_lm_head = false;  // whether the lm_head is held quantized

@@ -18,7 +18,9 @@
 // where the group's order is k ascending for kQ8 and (j, j + 16) for j = 0..15 for kQ4 (the two
 // nibbles of a byte),
 // and xsum the group's x[r][k] summed left to right (plain adds), so each weight costs one
-// conversion and one multiply-add, and the scales one per group. Rows therefore get the same bits
+// conversion and one multiply-add, and the scales one per group. kQ8C (one scale d per column):
+//   acc = 0; for k ascending: acc = acc + x[r][k] * q[c][k];  y = acc * d[c] (+ bias[c])
+// (the product and the sum rounded apart on every path). Rows therefore get the same bits
 // at 1 row as at 100. The avx512 path runs the avx2 path's sequence on 16 lanes (a quantized
 // block, or a pair of float blocks, per vector), so the two give the same bits; the generic path
 // differs from both, so one process uses one kind for every step.
@@ -30,9 +32,10 @@
 
 namespace pylookahead {
 
-// kQ8, kQ4, kQ8A8: groups of 32 inputs with fp16 scales (kernels/quant_format.h); k a multiple
-// of 32. kQ8A8 quantizes the activations too and runs on kernels/int8_dot_linear.h.
-enum class WeightFormat { kF32, kF16, kBF16, kQ8, kQ4, kQ8A8 };
+// kQ8, kQ4, kQ8A8: groups of 32 inputs with fp16 scales; kQ8C: int8 with one fp32 scale per
+// output column (kernels/quant_format.h); k a multiple of 32. kQ8A8 quantizes the activations too
+// and runs on kernels/int8_dot_linear.h.
+enum class WeightFormat { kF32, kF16, kBF16, kQ8, kQ4, kQ8A8, kQ8C };
 
 // Output columns per packed block: kFmaLinearBlock for the float formats, kQuantBlock for the
 // quantized ones (a 512-bit vector of fp32 lanes; the 8-lane paths read it as two halves).
@@ -40,7 +43,7 @@ constexpr int64_t kFmaLinearBlock = 8;
 constexpr int64_t kQuantBlock = 16;
 constexpr int64_t fma_linear_block_cols(WeightFormat format) {
     return format == WeightFormat::kQ8 || format == WeightFormat::kQ4 ||
-                   format == WeightFormat::kQ8A8
+                   format == WeightFormat::kQ8A8 || format == WeightFormat::kQ8C
                ? kQuantBlock
                : kFmaLinearBlock;
 }

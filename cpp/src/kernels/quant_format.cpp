@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "check.h"
 
@@ -23,6 +24,9 @@ uint16_t get_u16(const unsigned char* p) {
     std::memcpy(&v, p, sizeof v);
     return v;
 }
+
+// kQ8C: bytes of one block of 16 columns (the scales' rows, then k rows of values).
+int64_t channel_block_bytes(int64_t k) { return (kQ8CHeadRows + k) * kLanes; }
 
 void check_shape(WeightFormat format, int64_t n, int64_t k) {
     PYLA_CHECK(is_quantized(format), "not a quantized weight format");
@@ -45,9 +49,15 @@ bool is_q8(WeightFormat format) {
 // Round to nearest, ties away from zero (std::lround's rule, on a float).
 int round_int(float v) { return static_cast<int>(std::lround(v)); }
 
+void check_group_format(WeightFormat format) {
+    PYLA_CHECK(format != WeightFormat::kQ8C, "kQ8C has no groups (quant_get_channel reads it)");
+}
+
 }  // namespace
 
-bool is_quantized(WeightFormat format) { return is_q8(format) || format == WeightFormat::kQ4; }
+bool is_quantized(WeightFormat format) {
+    return is_q8(format) || format == WeightFormat::kQ4 || format == WeightFormat::kQ8C;
+}
 
 int64_t quant_group_bytes(WeightFormat format) {
     if (is_q8(format)) return kLanes * 2 + kQuantGroup * kLanes;                    // 544
@@ -57,6 +67,7 @@ int64_t quant_group_bytes(WeightFormat format) {
 
 int64_t quant_packed_bytes(WeightFormat format, int64_t n, int64_t k) {
     check_shape(format, n, k);
+    if (format == WeightFormat::kQ8C) return (n + kLanes - 1) / kLanes * channel_block_bytes(k);
     return (n + kLanes - 1) / kLanes * (k / kQuantGroup) * quant_group_bytes(format);
 }
 
@@ -98,6 +109,7 @@ float fp16_to_float(uint16_t h) {
 void quant_set_group(WeightFormat format, unsigned char* out, int64_t n, int64_t k, int64_t c,
                      int64_t group, uint16_t d, uint16_t m, const int8_t* q) {
     check_shape(format, n, k);
+    check_group_format(format);
     PYLA_CHECK(c >= 0 && c < n && group >= 0 && group < k / kQuantGroup, "quant_set_group index");
     unsigned char* rec = out + record_at(format, k, c / kLanes, group);
     const int64_t lane = c % kLanes;
@@ -121,6 +133,23 @@ void quant_set_group(WeightFormat format, unsigned char* out, int64_t n, int64_t
 
 void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsigned char* out) {
     std::memset(out, 0, quant_packed_bytes(format, n, k));
+    if (format == WeightFormat::kQ8C) {
+        for (int64_t c = 0; c < n; ++c) {
+            const float* v = w + c * k;
+            float amax = 0.0f;
+            for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(v[i]));
+            const float d = amax / 127.0f;
+            unsigned char* block = out + (c / kLanes) * channel_block_bytes(k);
+            const int64_t lane = c % kLanes;
+            std::memcpy(block + lane * 4, &d, sizeof d);
+            unsigned char* qs = block + kQ8CHeadRows * kLanes;
+            for (int64_t i = 0; i < k; ++i) {
+                const int q = d == 0.0f ? 0 : std::clamp(round_int(v[i] / d), -127, 127);
+                qs[i * kLanes + lane] = static_cast<unsigned char>(static_cast<int8_t>(q));
+            }
+        }
+        return;
+    }
     int8_t q[kQuantGroup];
     for (int64_t c = 0; c < n; ++c) {
         for (int64_t g = 0; g < k / kQuantGroup; ++g) {
@@ -153,6 +182,7 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
 void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k,
                      int64_t c, int64_t group, int8_t* q, uint16_t* d, uint16_t* m) {
     check_shape(format, n, k);
+    check_group_format(format);
     PYLA_CHECK(c >= 0 && c < n && group >= 0 && group < k / kQuantGroup, "quant_get_group index");
     const unsigned char* rec = packed + record_at(format, k, c / kLanes, group);
     const int64_t lane = c % kLanes;
@@ -170,8 +200,28 @@ void quant_get_group(WeightFormat format, const unsigned char* packed, int64_t n
     }
 }
 
+void quant_get_channel(const unsigned char* packed, int64_t n, int64_t k, int64_t c, int8_t* q,
+                       float* d) {
+    check_shape(WeightFormat::kQ8C, n, k);
+    PYLA_CHECK(c >= 0 && c < n, "quant_get_channel index");
+    const unsigned char* block = packed + (c / kLanes) * channel_block_bytes(k);
+    const int64_t lane = c % kLanes;
+    std::memcpy(d, block + lane * 4, sizeof *d);
+    for (int64_t i = 0; i < k; ++i)
+        q[i] = static_cast<int8_t>(block[(kQ8CHeadRows + i) * kLanes + lane]);
+}
+
 void quant_unpack(WeightFormat format, const unsigned char* packed, int64_t n, int64_t k,
                   float* w) {
+    if (format == WeightFormat::kQ8C) {
+        std::vector<int8_t> q(k);
+        for (int64_t c = 0; c < n; ++c) {
+            float d;
+            quant_get_channel(packed, n, k, c, q.data(), &d);
+            for (int64_t i = 0; i < k; ++i) w[c * k + i] = static_cast<float>(q[i]) * d;
+        }
+        return;
+    }
     int8_t q[kQuantGroup];
     uint16_t d16, m16;
     for (int64_t c = 0; c < n; ++c) {

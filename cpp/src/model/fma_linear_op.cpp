@@ -37,7 +37,9 @@ WeightFormat fma_linear_format(const at::Tensor& packed) {
         return WeightFormat::kQ8A8;
     }
     if (packed.scalar_type() != at::kByte) return format_of(packed.scalar_type());
-    PYLA_CHECK(packed.dim() == 3, "fma_linear: a quantized weight is [blocks, K/32, record]");
+    PYLA_CHECK(packed.dim() == 3,
+               "fma_linear: a quantized weight is [blocks, K/32, record] or [blocks, 4 + K, 16]");
+    if (packed.size(2) == kQuantBlock) return WeightFormat::kQ8C;
     for (WeightFormat f : {WeightFormat::kQ8, WeightFormat::kQ4}) {
         if (packed.size(2) == quant_group_bytes(f)) return f;
     }
@@ -47,7 +49,9 @@ WeightFormat fma_linear_format(const at::Tensor& packed) {
 }
 
 int64_t fma_linear_k(const at::Tensor& packed) {
-    return is_quantized(fma_linear_format(packed)) ? packed.size(1) * kQuantGroup : packed.size(1);
+    const WeightFormat format = fma_linear_format(packed);
+    if (format == WeightFormat::kQ8C) return packed.size(1) - kQ8CHeadRows;
+    return is_quantized(format) ? packed.size(1) * kQuantGroup : packed.size(1);
 }
 
 at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format) {
@@ -56,8 +60,12 @@ at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format) {
     const at::Tensor w = weight.to(at::kFloat).contiguous();
     const int64_t n = w.size(0), k = w.size(1);
     const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
-    at::Tensor out =
-        at::empty({blocks, k / kQuantGroup, quant_group_bytes(format)}, fma_linear_storage(format));
+    at::Tensor out = format == WeightFormat::kQ8C
+                         ? at::empty({blocks, kQ8CHeadRows + k, kQuantBlock}, at::kByte)
+                         : at::empty({blocks, k / kQuantGroup, quant_group_bytes(format)},
+                                     fma_linear_storage(format));
+    PYLA_CHECK(out.nbytes() == static_cast<size_t>(quant_packed_bytes(format, n, k)),
+               "fma_linear_quantize: layout size");
     // A run of whole blocks is a contiguous part of the layout: threads quantize block ranges.
     const float* wp = w.data_ptr<float>();
     auto* op = static_cast<unsigned char*>(out.data_ptr());

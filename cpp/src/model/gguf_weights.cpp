@@ -35,7 +35,8 @@ std::optional<WeightFormat> gguf_kept_format(GgmlType type) {
 }
 
 bool gguf_keeps_as(WeightFormat kept, WeightFormat format) {
-    return kept == format || (kept == WeightFormat::kQ8 && format == WeightFormat::kQ8A8);
+    return kept == format || (kept == WeightFormat::kQ8 &&
+                              (format == WeightFormat::kQ8A8 || format == WeightFormat::kQ8C));
 }
 
 std::optional<WeightFormat> gguf_kept_format(const std::vector<GgufPart>& parts) {

@@ -23,8 +23,9 @@ struct GgufPart {
 // nullopt for the others (K-quants: their scales are products, not fp16).
 std::optional<WeightFormat> gguf_kept_format(GgmlType type);
 
-// Whether blocks kept as `kept` (gguf_kept_format) hold the values of `format` as they are: the
-// same format, or kQ8's values for kQ8A8 (the same int8 values and scales, another layout).
+// Whether blocks kept as `kept` (gguf_kept_format) are taken as they are when `format` is asked
+// for: the same format; kQ8's values for kQ8A8 (the same int8 values and scales, another layout);
+// kQ8 for kQ8C (the file's groups kept: its values are not rounded again to a column's scale).
 bool gguf_keeps_as(WeightFormat kept, WeightFormat format);
 
 // The format all `parts` share under gguf_kept_format(), or nullopt.

@@ -284,7 +284,12 @@ CpuIsa fma_path(Transformer::LinearKernel kernel) {
 
 // The quantize option's name of a quantized format.
 const char* quant_name(WeightFormat format) {
-    return format == WeightFormat::kQ8 ? "int8" : format == WeightFormat::kQ4 ? "int4" : "w8a8";
+    switch (format) {
+        case WeightFormat::kQ8C: return "int8";
+        case WeightFormat::kQ8: return "int8-g32";
+        case WeightFormat::kQ4: return "int4";
+        default: return "w8a8";
+    }
 }
 
 bool is_fma(Transformer::LinearKernel kernel) {
@@ -389,8 +394,12 @@ at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense
                (quantize_.mode == Quantization::Mode::kAuto ||
                 (quantize_.mode == Quantization::Mode::kFormat &&
                  gguf_keeps_as(*kept, quantize_.format)))) {
+        // Blocks kept as they are: in the format asked for, or for int8 (per column) GGUF's own
+        // groups of 32 (int8-g32: no second rounding of the values).
         const WeightFormat format =
-            quantize_.mode == Quantization::Mode::kFormat ? quantize_.format : *kept;
+            quantize_.mode == Quantization::Mode::kFormat && quantize_.format != WeightFormat::kQ8C
+                ? quantize_.format
+                : *kept;
         out = gguf_pack_kept(parts, format);
         action = std::string("as they are (") + quant_name(format) + ")";
     } else if (may_quantize && quantize_.mode == Quantization::Mode::kFormat) {

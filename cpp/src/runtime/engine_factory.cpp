@@ -36,10 +36,12 @@ Transformer::Quantization parse_quantize(const std::string& s, bool lm_head) {
     using Mode = Transformer::Quantization::Mode;
     if (s == "auto") return {Mode::kAuto, WeightFormat::kQ8, lm_head};
     if (s == "none") return {Mode::kNone, WeightFormat::kQ8, lm_head};
-    if (s == "int8") return {Mode::kFormat, WeightFormat::kQ8, lm_head};
+    if (s == "int8") return {Mode::kFormat, WeightFormat::kQ8C, lm_head};
+    if (s == "int8-g32") return {Mode::kFormat, WeightFormat::kQ8, lm_head};
     if (s == "int4") return {Mode::kFormat, WeightFormat::kQ4, lm_head};
     if (s == "w8a8") return {Mode::kFormat, WeightFormat::kQ8A8, lm_head};
-    throw ConfigError("quantize must be one of auto, none, int8, int4, w8a8 (got '" + s + "')");
+    throw ConfigError("quantize must be one of auto, none, int8, int8-g32, int4, w8a8 (got '" + s +
+                      "')");
 }
 
 at::Device parse_device(const std::string& s) {
