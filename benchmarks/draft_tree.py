@@ -60,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="each method keeps its pool (n-grams, texts, recycled successors) across a set's prompts (keep_pool)",
     )
+    parser.add_argument(
+        "--mix",
+        default="",
+        help="the mix's LookaheadConfig fields changed, e.g. 'recycle_top_k=16,suffix_branches=8' (ints)",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
@@ -70,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     from pylookahead.tools import bench
     from pylookahead.tools.models import pull
 
+    for item in filter(None, args.mix.split(",")):
+        key, _, value = item.partition("=")
+        if key not in SOURCES["mix"] or not value.lstrip("-").isdigit():
+            parser.error(f"--mix: {item!r} is not one of {', '.join(SOURCES['mix'])} = an int")
+        SOURCES["mix"][key] = int(value)
     torch.set_num_threads(args.threads)
     model = Model(pull(args.model, progress=False), dtype=args.dtype, num_threads=args.threads)
     calibrated, flat = Session(model), Session(model)

@@ -251,6 +251,7 @@ def _check_quantized(exe: Path, model_dir: Path, tmp_path: Path) -> None:
              "--threads", "1"]  # fmt: skip
     for path, quantize, expect in [
         (model_dir, "int8", "int8"),
+        (model_dir, "int8-g32", "int8-g32"),
         (model_dir, "int4", "int4"),
         (model_dir, "w8a8", "w8a8"),
         (gguf_file, "auto", "gguf"),
@@ -264,7 +265,7 @@ def _check_quantized(exe: Path, model_dir: Path, tmp_path: Path) -> None:
         [str(exe), str(model_dir), "--ids", "1,2", "--quantize", "int3"], capture_output=True, text=True
     )
     assert bad.returncode == 2
-    assert "quantize must be one of auto, none, int8, int4, w8a8 (got 'int3')" in bad.stderr
+    assert "quantize must be one of auto, none, int8, int8-g32, int4, w8a8 (got 'int3')" in bad.stderr
 
 
 def _check_linear_kernels(exe: Path, model_dir: Path) -> None:
