@@ -15,7 +15,8 @@ at::Tensor fma_linear_pack(const at::Tensor& weight, CpuIsa path);
 
 // W [N, K] (any float dtype; K a multiple of 32) quantized to `format` (kQ8, kQ4, kQ8A8 or kQ8C,
 // kernels/quant_format.h) -> [ceil(N/16), K/32, quant_group_bytes(format)] of
-// fma_linear_storage(format); kQ8C: [ceil(N/16), 4 + K, 16] uint8 (quant_format.h's block). Cost: one pass over W, split among threads by column blocks.
+// fma_linear_storage(format); kQ8C: [ceil(N/16), 4 + K, 16] uint8 (quant_format.h's block).
+// Cost: one pass over W, split among threads by column blocks.
 at::Tensor fma_linear_quantize(const at::Tensor& weight, WeightFormat format);
 
 // The dtype of a packed quantized weight: uint8, and int8 for kQ8A8 (its records have kQ8's
