@@ -312,6 +312,31 @@ TEST_P(QuantLinear, EveryElementFollowsTheContractAtEveryRowCountAndSplit) {
     }
 }
 
+TEST_P(QuantLinear, EveryRowCountUpTo64GivesTheSameBits) {
+    // The row-invariance probe of the engine's load, at every step height 1..64: the first m rows
+    // of a 64-row call, bitwise (columns split between two calls, as threads split them).
+    const WeightFormat format = GetParam();
+    const int64_t n = 53, k = 64, max_rows = 64;
+    const std::vector<unsigned char> packed = quantized_problem(format, n, k, 17, nullptr);
+    std::vector<float> x(max_rows * k);
+    for (int64_t i = 0; i < max_rows * k; ++i) x[i] = std::cos(0.61 * static_cast<double>(i));
+    const int64_t blocks = (n + kQuantBlock - 1) / kQuantBlock;
+    for (CpuIsa path : paths_here()) {
+        std::vector<float> all(max_rows * n);
+        fma_linear_blocks(path, format, x.data(), max_rows, k, k, packed.data(), 0, blocks, nullptr,
+                          all.data(), n, n);
+        for (int64_t rows = 1; rows <= max_rows; ++rows) {
+            std::vector<float> y(rows * n, NAN);
+            fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), 0, 1, nullptr,
+                              y.data(), n, n);
+            fma_linear_blocks(path, format, x.data(), rows, k, k, packed.data(), 1, blocks, nullptr,
+                              y.data(), n, n);
+            ASSERT_EQ(std::memcmp(y.data(), all.data(), rows * n * sizeof(float)), 0)
+                << cpu_isa_name(path) << " rows " << rows;
+        }
+    }
+}
+
 TEST_P(QuantLinear, CloseToFloat64OfTheDequantizedWeights) {
     const WeightFormat format = GetParam();
     const int64_t n = 19, k = 320, rows = 3;
