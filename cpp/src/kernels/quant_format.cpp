@@ -49,6 +49,11 @@ bool is_q8(WeightFormat format) {
 // Round to nearest, ties away from zero (std::lround's rule, on a float).
 int round_int(float v) { return static_cast<int>(std::lround(v)); }
 
+// The int8 value of v at scale d (kQ8, kQ8A8, kQ8C): round(v / d) in [-127, 127], 0 when d = 0.
+int8_t q8_of(float v, float d) {
+    return static_cast<int8_t>(d == 0.0f ? 0 : std::clamp(round_int(v / d), -127, 127));
+}
+
 void check_group_format(WeightFormat format) {
     PYLA_CHECK(format != WeightFormat::kQ8C, "kQ8C has no groups (quant_get_channel reads it)");
 }
@@ -143,10 +148,8 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
             const int64_t lane = c % kLanes;
             std::memcpy(block + lane * 4, &d, sizeof d);
             unsigned char* qs = block + kQ8CHeadRows * kLanes;
-            for (int64_t i = 0; i < k; ++i) {
-                const int q = d == 0.0f ? 0 : std::clamp(round_int(v[i] / d), -127, 127);
-                qs[i * kLanes + lane] = static_cast<unsigned char>(static_cast<int8_t>(q));
-            }
+            for (int64_t i = 0; i < k; ++i)
+                qs[i * kLanes + lane] = static_cast<unsigned char>(q8_of(v[i], d));
         }
         return;
     }
@@ -160,10 +163,7 @@ void quant_pack(WeightFormat format, const float* w, int64_t n, int64_t k, unsig
                 for (int64_t i = 0; i < kQuantGroup; ++i) amax = std::max(amax, std::fabs(v[i]));
                 d16 = fp16_from_float(amax / 127.0f);
                 const float d = fp16_to_float(d16);
-                for (int64_t i = 0; i < kQuantGroup; ++i) {
-                    q[i] = static_cast<int8_t>(
-                        d == 0.0f ? 0 : std::clamp(round_int(v[i] / d), -127, 127));
-                }
+                for (int64_t i = 0; i < kQuantGroup; ++i) q[i] = q8_of(v[i], d);
             } else {
                 const auto [lo, hi] = std::minmax_element(v, v + kQuantGroup);
                 d16 = fp16_from_float((*hi - *lo) / 15.0f);

@@ -34,9 +34,10 @@ std::optional<WeightFormat> gguf_kept_format(GgmlType type) {
     return std::nullopt;
 }
 
-bool gguf_keeps_as(WeightFormat kept, WeightFormat format) {
-    return kept == format || (kept == WeightFormat::kQ8 &&
-                              (format == WeightFormat::kQ8A8 || format == WeightFormat::kQ8C));
+std::optional<WeightFormat> gguf_kept_as(WeightFormat kept, WeightFormat asked) {
+    if (kept == asked || (kept == WeightFormat::kQ8 && asked == WeightFormat::kQ8A8)) return asked;
+    if (kept == WeightFormat::kQ8 && asked == WeightFormat::kQ8C) return kept;
+    return std::nullopt;
 }
 
 std::optional<WeightFormat> gguf_kept_format(const std::vector<GgufPart>& parts) {
@@ -67,7 +68,8 @@ at::Tensor gguf_dense(const GgufPart& part) {
 
 at::Tensor gguf_pack_kept(const std::vector<GgufPart>& parts, WeightFormat format) {
     const std::optional<WeightFormat> kept = gguf_kept_format(parts);
-    PYLA_CHECK(kept && gguf_keeps_as(*kept, format), "gguf_pack_kept: parts not all in the format");
+    PYLA_CHECK(kept && gguf_kept_as(*kept, format) == format,
+               "gguf_pack_kept: parts not all in the format");
     const int64_t k = parts.front().tensor->shape.at(1);
     int64_t n = 0;
     for (const GgufPart& p : parts) {

@@ -23,10 +23,11 @@ struct GgufPart {
 // nullopt for the others (K-quants: their scales are products, not fp16).
 std::optional<WeightFormat> gguf_kept_format(GgmlType type);
 
-// Whether blocks kept as `kept` (gguf_kept_format) are taken as they are when `format` is asked
-// for: the same format; kQ8's values for kQ8A8 (the same int8 values and scales, another layout);
-// kQ8 for kQ8C (the file's groups kept: its values are not rounded again to a column's scale).
-bool gguf_keeps_as(WeightFormat kept, WeightFormat format);
+// The format blocks kept as `kept` (gguf_kept_format) are packed in when `asked` is asked for,
+// or nullopt when they must be quantized again: the same format; kQ8A8 for kQ8 (the same int8
+// values and scales, another layout); kQ8 for kQ8C (the file's groups kept: its values are not
+// rounded again to a column's scale).
+std::optional<WeightFormat> gguf_kept_as(WeightFormat kept, WeightFormat asked);
 
 // The format all `parts` share under gguf_kept_format(), or nullopt.
 std::optional<WeightFormat> gguf_kept_format(const std::vector<GgufPart>& parts);

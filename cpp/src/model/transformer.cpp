@@ -376,8 +376,12 @@ at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense
     }
     std::string action;
     at::Tensor out;
-    const std::optional<WeightFormat> kept = gguf_kept_format(parts);
     const bool may_quantize = !is_lm_head || quantize_.lm_head;
+    // GGUF blocks taken as they are, and in which format (auto: the file's own).
+    std::optional<WeightFormat> kept = gguf_kept_format(parts);
+    if (kept && quantize_.mode == Quantization::Mode::kFormat)
+        kept = gguf_kept_as(*kept, quantize_.format);
+    if (quantize_.mode == Quantization::Mode::kNone || !may_quantize) kept = std::nullopt;
     const std::string dtype_name = dtype_ == at::kFloat      ? "float32"
                                    : dtype_ == at::kBFloat16 ? "bfloat16"
                                    : dtype_ == at::kHalf     ? "float16"
@@ -390,18 +394,9 @@ at::Tensor Transformer::pack_linear(LinearKernel kernel, const at::Tensor& dense
         out = stack[0].toTensor();
     } else if (kernel == LinearKernel::kAten) {
         out = dense;
-    } else if (may_quantize && kept &&
-               (quantize_.mode == Quantization::Mode::kAuto ||
-                (quantize_.mode == Quantization::Mode::kFormat &&
-                 gguf_keeps_as(*kept, quantize_.format)))) {
-        // Blocks kept as they are: in the format asked for, or for int8 (per column) GGUF's own
-        // groups of 32 (int8-g32: no second rounding of the values).
-        const WeightFormat format =
-            quantize_.mode == Quantization::Mode::kFormat && quantize_.format != WeightFormat::kQ8C
-                ? quantize_.format
-                : *kept;
-        out = gguf_pack_kept(parts, format);
-        action = std::string("as they are (") + quant_name(format) + ")";
+    } else if (kept) {
+        out = gguf_pack_kept(parts, *kept);
+        action = std::string("as they are (") + quant_name(*kept) + ")";
     } else if (may_quantize && quantize_.mode == Quantization::Mode::kFormat) {
         out = fma_linear_quantize(dense, quantize_.format);
         action = std::string("quantized to ") + quant_name(quantize_.format);
